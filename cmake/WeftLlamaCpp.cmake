@@ -1,0 +1,133 @@
+# llama.cpp as a pinned, verified, cached dependency.
+#
+# Three ways to get llama.cpp, first match wins:
+#   -DWEFT_LLAMA_PREFIX=/opt/llama      an installed llama.cpp (lib/cmake/llama)
+#   -DWEFT_LLAMA_SOURCE_DIR=~/llama.cpp your own source tree, built into the cache
+#   (default)                           the pinned release, fetched from the npm
+#                                       registry, integrity checked, built once
+# Built trees live in WEFT_CACHE_DIR (default ~/.cache/weft), keyed by source,
+# flags and compiler, so a fresh clone of weft does not recompile llama.cpp.
+
+set(WEFT_LLAMA_VERSION   "v0.4.0")
+set(WEFT_LLAMA_COMMIT    "80fb11ac73e66d89eae2c6a91d8a77428fa733ed")
+set(WEFT_LLAMA_NPM       "node-llama-cpp@3.21.1")
+set(WEFT_LLAMA_INTEGRITY "sha512-E3N0Ev2Va0wzydvXYFwM9Hvyo07PoWjt8T/9GMc43Cvt8YkV/NU/tYUgEMC1grTPv2o9PRjQi0G3Wb5P/awiMg=="
+    CACHE STRING "npm integrity of the package that carries the pinned llama.cpp")
+
+set(WEFT_LLAMA_PREFIX     "" CACHE PATH "Use an installed llama.cpp at this prefix")
+set(WEFT_LLAMA_SOURCE_DIR "" CACHE PATH "Use this llama.cpp source tree instead of the pinned release")
+if(DEFINED ENV{WEFT_CACHE_DIR})
+  set(_weft_cache_default "$ENV{WEFT_CACHE_DIR}")
+elseif(DEFINED ENV{XDG_CACHE_HOME})
+  set(_weft_cache_default "$ENV{XDG_CACHE_HOME}/weft")
+else()
+  set(_weft_cache_default "$ENV{HOME}/.cache/weft")
+endif()
+set(WEFT_CACHE_DIR "${_weft_cache_default}" CACHE PATH "Where the llama.cpp source and builds are cached")
+set(WEFT_LLAMA_EXTRA_ARGS "" CACHE STRING "Extra -D arguments for the llama.cpp build (;-separated)")
+option(WEFT_CUDA   "Build llama.cpp with the CUDA backend"   OFF)
+option(WEFT_VULKAN "Build llama.cpp with the Vulkan backend" OFF)
+option(WEFT_METAL  "Build llama.cpp with the Metal backend"  OFF)
+option(WEFT_NATIVE "Tune llama.cpp for this CPU (GGML_NATIVE)" ON)
+
+# The source of the pinned release, as a script so it also runs on its own
+# (cmake -P cmake/WeftFetchLlama.cmake) and reports errors without a stack.
+function(weft_llama_pinned_source out_dir)
+  set(src "${WEFT_CACHE_DIR}/src/llama.cpp-${WEFT_LLAMA_VERSION}")
+  if(NOT EXISTS "${src}/.weft-verified")
+    execute_process(
+      COMMAND "${CMAKE_COMMAND}" -DDEST=${src} -DPACKAGE=${WEFT_LLAMA_NPM}
+              -DINTEGRITY=${WEFT_LLAMA_INTEGRITY} -DCOMMIT=${WEFT_LLAMA_COMMIT}
+              -P "${PROJECT_SOURCE_DIR}/cmake/WeftFetchLlama.cmake"
+      RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "weft: could not get the pinned llama.cpp (see the message above).\n"
+        "Alternatives: -DWEFT_LLAMA_SOURCE_DIR=<llama.cpp checkout> or -DWEFT_LLAMA_PREFIX=<install prefix>.")
+    endif()
+  endif()
+  set(${out_dir} "${src}" PARENT_SCOPE)
+endfunction()
+
+function(weft_llama_build src out_prefix)
+  set(args
+    -DCMAKE_BUILD_TYPE=Release
+    -DBUILD_SHARED_LIBS=OFF
+    -DCMAKE_POSITION_INDEPENDENT_CODE=ON
+    -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
+    -DLLAMA_OPENSSL=OFF
+    -DGGML_NATIVE=${WEFT_NATIVE}
+    -DGGML_CUDA=${WEFT_CUDA} -DGGML_VULKAN=${WEFT_VULKAN} -DGGML_METAL=${WEFT_METAL}
+    ${WEFT_LLAMA_EXTRA_ARGS})
+  # The key covers everything that changes the binaries.
+  set(src_id "")
+  if(EXISTS "${src}/.weft-verified")
+    file(READ "${src}/.weft-verified" src_id LIMIT 200)
+  endif()
+  if(src_id STREQUAL "")
+    set(src_id "${src}")  # a user tree: keyed by its path and HEAD
+    execute_process(COMMAND git -C "${src}" rev-parse HEAD OUTPUT_VARIABLE head
+                    OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    string(APPEND src_id "@${head}")
+  endif()
+  string(SHA256 key "${src_id};${args};${CMAKE_CXX_COMPILER_ID};${CMAKE_CXX_COMPILER_VERSION};${CMAKE_C_COMPILER}")
+  string(SUBSTRING "${key}" 0 16 key)
+  set(base "${WEFT_CACHE_DIR}/build/llama.cpp-${WEFT_LLAMA_VERSION}-${key}")
+  set(prefix "${base}/install")
+  set(${out_prefix} "${prefix}" PARENT_SCOPE)
+  set(WEFT_LLAMA_BUILD_ARGS "${args}" CACHE INTERNAL "")
+  set(WEFT_LLAMA_BUILD_BASE "${base}" CACHE INTERNAL "")
+  if(EXISTS "${prefix}/.weft-complete")
+    return()
+  endif()
+
+  file(MAKE_DIRECTORY "${WEFT_CACHE_DIR}/build")
+  # Two configures at once (two presets) must not build into one tree.
+  file(LOCK "${base}.lock" GUARD FUNCTION TIMEOUT 3600 RESULT_VARIABLE lock_rc)
+  if(NOT lock_rc EQUAL 0)
+    message(FATAL_ERROR "weft: could not lock ${base}.lock within an hour: ${lock_rc}")
+  endif()
+  if(EXISTS "${prefix}/.weft-complete")
+    return()
+  endif()
+  message(STATUS "weft: building llama.cpp ${WEFT_LLAMA_VERSION} once into ${base} (a few minutes; cached afterwards)")
+  set(gen_args)
+  find_program(WEFT_NINJA ninja)
+  if(WEFT_NINJA)
+    set(gen_args -G Ninja)
+  endif()
+  include(ProcessorCount)
+  ProcessorCount(ncpu)
+  if(ncpu EQUAL 0)
+    set(ncpu 2)
+  endif()
+  foreach(step
+      "${CMAKE_COMMAND};-S;${src};-B;${base}/lib;${gen_args};-DCMAKE_C_COMPILER=${CMAKE_C_COMPILER};-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER};${args}"
+      "${CMAKE_COMMAND};--build;${base}/lib;--parallel;${ncpu}"
+      "${CMAKE_COMMAND};--install;${base}/lib;--prefix;${prefix}")
+    execute_process(COMMAND ${step} RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "weft: building llama.cpp failed in: ${step}")
+    endif()
+  endforeach()
+  file(WRITE "${prefix}/.weft-complete" "${src_id}\n")
+endfunction()
+
+if(WEFT_LLAMA_PREFIX)
+  set(_weft_llama_prefix "${WEFT_LLAMA_PREFIX}")
+  set(WEFT_LLAMA_SRC "" CACHE INTERNAL "")
+else()
+  if(WEFT_LLAMA_SOURCE_DIR)
+    if(NOT EXISTS "${WEFT_LLAMA_SOURCE_DIR}/include/llama.h")
+      message(FATAL_ERROR "weft: WEFT_LLAMA_SOURCE_DIR=${WEFT_LLAMA_SOURCE_DIR} has no include/llama.h; point it at a llama.cpp source tree.")
+    endif()
+    set(_weft_src "${WEFT_LLAMA_SOURCE_DIR}")
+  else()
+    weft_llama_pinned_source(_weft_src)
+  endif()
+  set(WEFT_LLAMA_SRC "${_weft_src}" CACHE INTERNAL "llama.cpp source tree (vocab files, tools)")
+  weft_llama_build("${_weft_src}" _weft_llama_prefix)
+endif()
+
+find_package(llama CONFIG REQUIRED PATHS "${_weft_llama_prefix}" NO_DEFAULT_PATH)
+message(STATUS "weft: llama.cpp from ${_weft_llama_prefix}")

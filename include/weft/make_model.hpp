@@ -1,0 +1,69 @@
+// weft/make_model.hpp — generate llama-architecture GGUF models with seeded
+// random weights and a real tokenizer, for tests, demos and benchmarks.
+//
+// Weights follow a well-conditioned GPT-2 style initialisation (normal, std
+// 0.02; each block's output projections scaled by 1/sqrt(2*n_layer); norms 1)
+// so that deep presets stay numerically comparable. Same spec and seed give a
+// byte-identical file on the same platform.
+//
+// Thread-safety: make_model() is reentrant; calls on different paths may run
+// concurrently.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace weft {
+
+enum class ModelPreset {
+  tiny,   // 2 layers, 64 wide, 4 heads / 2 KV heads: property tests
+  small,  // SmolLM2-135M shape: 30 layers, 576 wide, 9 heads / 3 KV heads
+  b1,     // TinyLlama-1.1B shape: 22 layers, 2048 wide, 32 heads / 4 KV heads
+};
+
+enum class WeightType { f32, f16, q8_0, q4_0 };
+
+struct ModelShape {
+  int n_layer = 0;
+  int n_embd = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int n_ff = 0;
+  int n_ctx_train = 0;
+  bool tied_output = false;  // output projection shares token_embd
+  WeightType default_type = WeightType::f32;
+};
+
+// The shape of a preset. Pure.
+ModelShape preset_shape(ModelPreset preset) noexcept;
+// "tiny" | "small" | "1b" and back; parse throws Errc::invalid_argument.
+const char *preset_name(ModelPreset preset) noexcept;
+ModelPreset parse_preset(const std::string &name);
+const char *weight_type_name(WeightType type) noexcept;
+WeightType parse_weight_type(const std::string &name);
+
+struct MakeModelParams {
+  ModelPreset preset = ModelPreset::tiny;  // default tiny
+  std::uint64_t seed = 0;                  // default 0
+  // Matrix weight type; default: the preset's (tiny f32, small q8_0, 1b q4_0).
+  std::optional<WeightType> type;
+  // Output path. Required. Written atomically (temp file, then rename).
+  std::string out;
+  // GGUF holding the tokenizer to copy; default: llama.cpp's
+  // models/ggml-vocab-llama-spm.gguf from the tree weft was built against.
+  std::string vocab;
+  // Progress in [0, 1] on the calling thread. Default none.
+  std::function<void(float progress)> on_progress;
+};
+
+// Writes the model. Throws Error: invalid_argument (bad shape or type),
+// not_found/corrupt (vocabulary file), io (output not writable, disk full);
+// never leaves a partial file at `out`.
+void make_model(const MakeModelParams &params);
+
+// The vocabulary path compiled in (may not exist on another machine).
+const char *default_vocab_path() noexcept;
+
+}  // namespace weft

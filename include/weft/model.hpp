@@ -1,0 +1,96 @@
+// weft/model.hpp — a loaded GGUF model: vocabulary, tokenizer, metadata.
+//
+// Ownership: Model is a cheap, copyable handle to an immutable, reference-
+// counted model; the weights are freed when the last handle (including those
+// held by executors) goes away.
+// Thread-safety: every const method may be called from any number of threads
+// at once; a Model never changes after load().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/types.hpp"
+
+namespace weft {
+
+struct ModelParams {
+  // Path of a GGUF file. Required.
+  std::string path;
+  // Layers to offload to a GPU backend when weft was built with one; -1 = all.
+  // Default 0 (CPU only).
+  int n_gpu_layers = 0;
+  // Map the file instead of reading it into memory. Default true.
+  bool use_mmap = true;
+  // Load only the vocabulary (tokenize/detokenize, no weights). Default false.
+  bool vocab_only = false;
+  // Called with progress in [0, 1] on the loading thread; return false to
+  // cancel the load (load() then throws Errc::cancelled). Default none.
+  std::function<bool(float progress)> on_progress;
+};
+
+struct TokenizeOptions {
+  // Prepend the vocabulary's BOS token. Default false: BOS is never added
+  // unless asked for, so text appended mid-conversation stays BOS-free.
+  bool add_bos = false;
+  // Parse special-token text such as "<s>" into control tokens. Default false:
+  // user text containing "<s>" stays plain text.
+  bool parse_special = false;
+};
+
+struct DetokenizeOptions {
+  // Drop BOS/EOS from the output. Default false.
+  bool remove_special = false;
+  // Render control tokens as their text ("<s>"). Default false.
+  bool render_special = false;
+};
+
+class Model {
+ public:
+  // Loads a GGUF model. Throws Error: not_found (no such file), corrupt (not a
+  // GGUF or unreadable by llama.cpp), cancelled (on_progress returned false).
+  static Model load(const ModelParams &params);
+
+  // Text -> tokens. Never throws for any UTF-8 or binary input.
+  std::vector<Token> tokenize(std::string_view text, const TokenizeOptions &options = {}) const;
+  // Tokens -> text. Throws Errc::out_of_range for an id outside the vocabulary.
+  std::string detokenize(std::span<const Token> tokens, const DetokenizeOptions &options = {}) const;
+  // The text of one token (may be a partial UTF-8 sequence).
+  std::string token_piece(Token token, bool render_special = false) const;
+
+  std::int32_t n_vocab() const noexcept;
+  std::int32_t n_ctx_train() const noexcept;
+  std::int32_t n_embd() const noexcept;
+  std::int32_t n_layer() const noexcept;
+  std::uint64_t n_params() const noexcept;
+  std::uint64_t size_bytes() const noexcept;
+  Token bos() const noexcept;  // -1 when the vocabulary has none
+  Token eos() const noexcept;  // -1 when the vocabulary has none
+  // True for end-of-generation tokens (EOS, EOT, ...).
+  bool is_eog(Token token) const noexcept;
+  // Throws Errc::out_of_range naming `token` and the vocabulary size.
+  void check_token(Token token) const;
+  // llama.cpp's one-line description ("llama ?B Q8_0").
+  std::string description() const;
+  // A metadata value by key ("general.name"); empty when absent.
+  std::string meta(std::string_view key) const;
+  // 64-bit identity of this model for state files: metadata, tensor shapes
+  // and sampled bytes of the file. Equal files give equal fingerprints.
+  std::uint64_t fingerprint() const noexcept;
+  const std::string &path() const noexcept;
+
+  struct Impl;
+  // For weft's own internals; not part of the stable API.
+  const std::shared_ptr<const Impl> &impl() const noexcept { return impl_; }
+
+ private:
+  explicit Model(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace weft

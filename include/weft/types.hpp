@@ -1,0 +1,11 @@
+// weft/types.hpp — small value types shared by the public headers.
+#pragma once
+
+#include <cstdint>
+
+namespace weft {
+
+// A token id of the model's vocabulary, in [0, Model::n_vocab()).
+using Token = std::int32_t;
+
+}  // namespace weft

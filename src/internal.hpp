@@ -1,0 +1,22 @@
+// Internal helpers shared across weft's sources. Not installed.
+#pragma once
+
+#include <string>
+
+#include "weft/error.hpp"
+
+struct ggml_tensor;
+
+namespace weft::detail {
+
+// Installs weft's log router into llama.cpp/ggml and initialises the backend,
+// once per process; every entry point that may reach llama.cpp calls it.
+void ensure_backend();
+
+// The last error line llama.cpp logged on this thread (for error messages).
+std::string take_llama_error();
+
+// Formats with fmt and throws Error(code, message).
+[[noreturn]] void fail(Errc code, const std::string &message);
+
+}  // namespace weft::detail

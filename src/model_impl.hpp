@@ -1,0 +1,27 @@
+// The state behind weft::Model. Internal.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "weft/model.hpp"
+
+struct llama_model;
+struct llama_vocab;
+
+namespace weft {
+
+struct Model::Impl {
+  llama_model *model = nullptr;
+  const llama_vocab *vocab = nullptr;
+  std::string path;
+  std::int32_t n_vocab = 0;
+  std::uint64_t fingerprint = 0;
+
+  Impl() = default;
+  Impl(const Impl &) = delete;
+  Impl &operator=(const Impl &) = delete;
+  ~Impl();
+};
+
+}  // namespace weft

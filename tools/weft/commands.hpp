@@ -1,0 +1,11 @@
+// The weft CLI's subcommands; each registers itself on the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace weft_cli {
+
+void add_make_model(CLI::App &app);
+void add_info(CLI::App &app);
+
+}  // namespace weft_cli
