@@ -1,6 +1,6 @@
 # Install rules: headers, the library, a CMake package (find_package(weft))
 # and a pkg-config file.
-include(GNUInstallDirs)
+
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY include/weft DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}

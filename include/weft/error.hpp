@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "weft/export.hpp"
+
 namespace weft {
 
 enum class Errc {
@@ -23,9 +25,9 @@ enum class Errc {
 };
 
 // Stable lower-case name of a code ("invalid_argument"), for logs and bindings.
-const char *errc_name(Errc code) noexcept;
+WEFT_API const char *errc_name(Errc code) noexcept;
 
-class Error : public std::runtime_error {
+class WEFT_API Error : public std::runtime_error {
  public:
   Error(Errc code, const std::string &message)
       : std::runtime_error(message), code_(code) {}

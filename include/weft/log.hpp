@@ -13,6 +13,8 @@
 #include <functional>
 #include <string_view>
 
+#include "weft/export.hpp"
+
 namespace weft {
 
 enum class LogLevel { debug = 0, info = 1, warn = 2, error = 3, none = 4 };
@@ -22,9 +24,9 @@ using LogSink = std::function<void(LogLevel level, std::string_view line)>;
 
 // Installs `sink` for lines at `min_level` or above; an empty sink (the
 // default) or LogLevel::none silences everything.
-void set_log_sink(LogSink sink, LogLevel min_level = LogLevel::warn);
+WEFT_API void set_log_sink(LogSink sink, LogLevel min_level = LogLevel::warn);
 
 // A ready-made sink that writes "weft: <level>: <line>" to stderr.
-LogSink stderr_log_sink();
+WEFT_API LogSink stderr_log_sink();
 
 }  // namespace weft

@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 
+#include "weft/export.hpp"
+
 namespace weft {
 
 enum class ModelPreset {
@@ -37,12 +39,12 @@ struct ModelShape {
 };
 
 // The shape of a preset. Pure.
-ModelShape preset_shape(ModelPreset preset) noexcept;
+WEFT_API ModelShape preset_shape(ModelPreset preset) noexcept;
 // "tiny" | "small" | "1b" and back; parse throws Errc::invalid_argument.
-const char *preset_name(ModelPreset preset) noexcept;
-ModelPreset parse_preset(const std::string &name);
-const char *weight_type_name(WeightType type) noexcept;
-WeightType parse_weight_type(const std::string &name);
+WEFT_API const char *preset_name(ModelPreset preset) noexcept;
+WEFT_API ModelPreset parse_preset(const std::string &name);
+WEFT_API const char *weight_type_name(WeightType type) noexcept;
+WEFT_API WeightType parse_weight_type(const std::string &name);
 
 struct MakeModelParams {
   ModelPreset preset = ModelPreset::tiny;  // default tiny
@@ -61,9 +63,9 @@ struct MakeModelParams {
 // Writes the model. Throws Error: invalid_argument (bad shape or type),
 // not_found/corrupt (vocabulary file), io (output not writable, disk full);
 // never leaves a partial file at `out`.
-void make_model(const MakeModelParams &params);
+WEFT_API void make_model(const MakeModelParams &params);
 
 // The vocabulary path compiled in (may not exist on another machine).
-const char *default_vocab_path() noexcept;
+WEFT_API const char *default_vocab_path() noexcept;
 
 }  // namespace weft

@@ -17,6 +17,8 @@
 
 #include "weft/types.hpp"
 
+#include "weft/export.hpp"
+
 namespace weft {
 
 struct ModelParams {
@@ -50,7 +52,7 @@ struct DetokenizeOptions {
   bool render_special = false;
 };
 
-class Model {
+class WEFT_API Model {
  public:
   // Loads a GGUF model. Throws Error: not_found (no such file), corrupt (not a
   // GGUF or unreadable by llama.cpp), cancelled (on_progress returned false).

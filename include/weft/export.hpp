@@ -1,0 +1,13 @@
+// weft/export.hpp — symbol visibility. weft builds with hidden visibility;
+// only what is marked WEFT_API is exported from a shared libweft.
+#pragma once
+
+#if defined(_WIN32)
+#if defined(WEFT_BUILDING)
+#define WEFT_API __declspec(dllexport)
+#else
+#define WEFT_API __declspec(dllimport)
+#endif
+#else
+#define WEFT_API __attribute__((visibility("default")))
+#endif

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs what building and testing weft needs on Debian 12, skipping what is
+# already there. Needs root (or sudo) only when something is missing.
+set -eu
+
+pkgs="build-essential cmake ninja-build ccache git pkg-config ca-certificates
+      libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev"
+# npm fetches the pinned llama.cpp; any npm on PATH will do.
+command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
+
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "weft: installing Debian packages:$missing" >&2
+if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+# shellcheck disable=SC2086
+$sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
