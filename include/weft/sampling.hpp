@@ -1,0 +1,46 @@
+// weft/sampling.hpp — how a conversation picks its next token.
+//
+// SamplerParams is a plain value: copy it freely, from any thread. A
+// conversation owns one sampler built from it (llama.cpp sampler chain), whose
+// state (RNG, penalty history, grammar position) travels with the
+// conversation through fork, save and load.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace weft {
+
+struct SamplerParams {
+  // 0 = greedy (argmax, deterministic). > 0 = sample at this temperature.
+  // Default 0. Must be finite and >= 0.
+  float temperature = 0.0f;
+  // Keep only the k most likely tokens; 0 = off. Default 0. Must be >= 0.
+  int top_k = 0;
+  // Nucleus sampling: keep the smallest set with probability >= top_p;
+  // 1 = off. Default 1. Must be in (0, 1].
+  float top_p = 1.0f;
+  // Drop tokens with probability < min_p * p(best); 0 = off. Default 0.
+  // Must be in [0, 1].
+  float min_p = 0.0f;
+  // Repetition penalty over the last `penalty_last_n` tokens; 1 = off.
+  // Default 1. Must be > 0.
+  float repeat_penalty = 1.0f;
+  // OpenAI-style frequency and presence penalties; 0 = off. Default 0.
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  // How many recent tokens the penalties look at; 0 = none, -1 = the whole
+  // context. Default 64.
+  int penalty_last_n = 64;
+  // RNG seed for temperature > 0; the same seed gives the same choices.
+  // Default 0.
+  std::uint32_t seed = 0;
+  // A GBNF grammar that every sampled token must keep valid (e.g. JSON);
+  // empty = none. Default empty. An unparsable grammar is refused with
+  // Errc::invalid_argument.
+  std::string grammar;
+  // The grammar's start rule. Default "root".
+  std::string grammar_root = "root";
+};
+
+}  // namespace weft
