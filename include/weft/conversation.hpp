@@ -1,0 +1,133 @@
+// weft/conversation.hpp — one dialogue on an executor.
+//
+// A conversation has a token history (decoded into the executor's KV cache),
+// queued input (not decoded yet), the logits of its last decoded token, a
+// sampler, and at most one running generation.
+//
+// Ownership: Conversation is a cheap, copyable handle. The conversation lives
+// until dispose() or until its last handle is destroyed, which disposes it.
+// A default-constructed handle is empty; every operation on it, or on a
+// disposed conversation, throws Errc::disposed.
+//
+// Thread-safety: any method may be called from any thread. prompt(), the
+// readers (tokens(), logits(), n_*()), set_* and Generation::cancel never wait
+// for a running decode. Operations that change the KV cache — fork(),
+// rewind(), remove(), shift_left(), dispose() — wait for the running step to
+// end (they apply at a step boundary); called from a callback on the stepping
+// thread, they apply at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "weft/error.hpp"
+#include "weft/export.hpp"
+#include "weft/generation.hpp"
+#include "weft/sampling.hpp"
+#include "weft/types.hpp"
+
+namespace weft {
+
+struct PromptOptions {
+  // Prepend BOS. Default false: weft never adds BOS on its own, so text sent
+  // mid-conversation stays BOS-free. Set it on a conversation's first prompt.
+  bool add_bos = false;
+  // Parse special-token text ("</s>") into control tokens. Default false.
+  bool parse_special = false;
+};
+
+namespace detail {
+struct ConvHandle;
+}
+
+class WEFT_API Conversation {
+ public:
+  Conversation() = default;
+
+  // The executor-unique id (never reused).
+  std::uint64_t id() const;
+
+  // Queues input; never decodes, never waits for a decode. Any length: long
+  // input is decoded over several steps. Throws Errc::out_of_range when the
+  // conversation would exceed the executor's n_ctx (naming both), or, under
+  // PressurePolicy::fail, when the executor's free KV cells cannot take it;
+  // Errc::out_of_range for a token id outside the vocabulary;
+  // Errc::invalid_argument for an empty prompt or while a generation runs.
+  void prompt(std::string_view text, const PromptOptions &options = {});
+  void prompt(std::span<const Token> tokens);
+
+  // Starts generating: each step decodes the last sampled token and samples
+  // the next. Queued input is decoded first. Throws Errc::invalid_argument if
+  // a generation is already running, the conversation is empty, or params are
+  // invalid.
+  Generation generate(const GenerateParams &params = {});
+
+  // A new conversation with the same history, queued input, logits and
+  // sampler state. The decoded prefix is shared in the KV cache (no copy, no
+  // re-decode). Throws Errc::out_of_range when no sequence slot is free.
+  Conversation fork();
+
+  // Drops the last n tokens (queued ones first, then decoded ones). Logits
+  // for the new last token come from re-decoding that one token at the next
+  // step. Throws Errc::out_of_range when n > n_tokens(). Cancels a running
+  // generation.
+  void rewind(std::uint32_t n);
+  // Removes history positions [p0, p1) and moves later tokens down (a KV
+  // shift, or re-decoding them where the cache cannot shift or the cells are
+  // shared with a fork). Throws Errc::out_of_range unless p0 <= p1 <=
+  // n_decoded(). Cancels a running generation.
+  void remove(std::uint32_t p0, std::uint32_t p1);
+  // Context shift: keep the first `keep` tokens, drop the next `discard`.
+  // Same as remove(keep, keep + discard).
+  void shift_left(std::uint32_t keep, std::uint32_t discard);
+
+  // Releases the sequence slot and KV cells, drops queued input, cancels a
+  // running generation. Idempotent.
+  void dispose();
+  bool disposed() const;
+
+  // History (decoded) followed by queued input.
+  std::vector<Token> tokens() const;
+  std::uint32_t n_tokens() const;
+  std::uint32_t n_decoded() const;
+  std::uint32_t n_queued() const;
+  // KV cells this conversation references (shared ones included).
+  std::uint32_t n_cells() const;
+
+  // True when logits for the last token are available (input fully decoded).
+  bool has_logits() const;
+  // Copy of those logits (n_vocab floats). Throws Errc::invalid_argument when
+  // has_logits() is false. They stay until replaced by the next decode: no
+  // "sample before the next step" rule.
+  std::vector<float> logits() const;
+  // Samples a token from the current logits with the conversation's sampler
+  // and advances its state; the token is not queued (prompt it to keep it).
+  Token sample();
+
+  // The conversation's sampler (used by sample() and by generate() without
+  // its own). Default: greedy. Throws Errc::invalid_argument for bad params.
+  void set_sampler(const SamplerParams &params);
+  // Scheduling priority for its prompt chunks; higher goes first, waiting
+  // ones age so none starves. Default 0.
+  void set_priority(int priority);
+
+  // The last error a step hit for this conversation (decode failure, no KV
+  // room under PressurePolicy::fail). While set, its input is held back (not
+  // lost); clear_error() lets it be scheduled again.
+  std::optional<Error> error() const;
+  void clear_error();
+
+  // The running generation, if any.
+  std::optional<Generation> generation() const;
+
+  explicit Conversation(std::shared_ptr<detail::ConvHandle> handle) : handle_(std::move(handle)) {}
+
+ private:
+  std::shared_ptr<detail::ConvHandle> handle_;
+};
+
+}  // namespace weft

@@ -1,0 +1,149 @@
+// weft/executor.hpp — many conversations on one llama.cpp context.
+//
+// An Executor owns one llama_context with a unified KV cache and n_seq_max
+// sequence slots, the scheduler and the KV ledger. Conversations are created
+// from it; step() runs one scheduling round: it samples for generating
+// conversations, builds one batch within the budget (their next tokens first,
+// then prompt chunks), decodes it, and hands out logits.
+//
+// Ownership: the Executor object is move-only. Conversations keep the shared
+// internals alive; once the Executor object is destroyed their operations
+// throw Errc::disposed and the llama_context is freed with the last handle.
+// The Model is shared, read-only, by any number of executors.
+//
+// Thread-safety: any method may be called from any thread. step() calls are
+// serialised: a second caller waits for the running step to finish, then runs
+// its own. stats() and cells_free() never wait for a running decode.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "weft/conversation.hpp"
+#include "weft/export.hpp"
+#include "weft/model.hpp"
+
+namespace weft {
+
+enum class KvType { f16, f32, q8_0 };
+enum class FlashAttention { automatic, enabled, disabled };
+
+// What happens when queued input cannot get KV cells now.
+enum class PressurePolicy {
+  wait,      // leave it queued; it goes on when cells free up (default)
+  fail,      // refuse prompt() that cannot fit now; at step time, set the
+             // conversation's error() and hold its input back
+  callback,  // call ExecutorParams::on_pressure, then retry once, then wait
+};
+
+struct PressureInfo {
+  Conversation conversation;    // the one that cannot proceed
+  std::uint32_t needed_cells;   // what its next chunk needs
+  std::uint32_t free_cells;     // what the cache has free
+};
+
+struct ExecutorParams {
+  // KV cells shared by all conversations (the unified cache). Default 4096.
+  // Must be in [16, model's n_ctx_train * n_seq_max].
+  std::uint32_t n_ctx = 4096;
+  // Most tokens per llama_decode call (and per step). Default 512. Must be
+  // >= n_seq_max (llama.cpp's output buffer needs it) and <= n_ctx.
+  std::uint32_t n_batch = 512;
+  // Micro-batch size inside a decode; 0 = n_batch. Default 0. Must be <= n_batch.
+  std::uint32_t n_ubatch = 0;
+  // Sequence slots: conversations resident in the cache at once. Default 16.
+  // Must be in [1, 256].
+  std::uint32_t n_seq_max = 16;
+  // CPU threads for decoding; 0 = all hardware threads. Default 0.
+  int n_threads = 0;
+  // KV cache element type. Default f16.
+  KvType kv_type = KvType::f16;
+  // Flash attention. Default automatic (llama.cpp decides).
+  FlashAttention flash_attn = FlashAttention::automatic;
+  // Most prompt tokens one conversation gets in one step; 0 = no cap beyond
+  // the budget. Default 0.
+  std::uint32_t max_prompt_chunk = 0;
+  // See PressurePolicy. Default wait.
+  PressurePolicy pressure = PressurePolicy::wait;
+  // Called on the stepping thread under PressurePolicy::callback; may rewind,
+  // shift, dispose or fork any conversation (applied at once). Must not throw
+  // (a throw is treated as "nothing freed").
+  std::function<void(const PressureInfo &)> on_pressure;
+};
+
+struct StepBudget {
+  // Most tokens to decode in this step; default (nullopt) = n_batch. Must be
+  // in [1, n_batch].
+  std::optional<std::uint32_t> max_tokens;
+};
+
+struct StepResult {
+  std::uint32_t tokens_decoded = 0;   // tokens that entered the KV cache
+  std::uint32_t conversations = 0;    // conversations that advanced
+  std::uint32_t tokens_sampled = 0;   // tokens sampled for generations
+  std::uint32_t decode_calls = 0;     // llama_decode calls (more after a failure split)
+  std::uint32_t failed = 0;           // conversations whose decode failed
+  std::uint32_t blocked = 0;          // conversations waiting for KV cells or a slot
+  double seconds = 0;                 // wall time of the step
+  double decode_seconds = 0;          // of which in llama_decode
+  bool idle = false;                  // there was nothing to do
+};
+
+struct ExecutorStats {
+  std::uint32_t n_ctx = 0;
+  std::uint32_t cells_used = 0;   // distinct KV cells in use (shared prefixes once)
+  std::uint32_t cells_free = 0;
+  std::uint32_t n_seq_max = 0;
+  std::uint32_t slots_used = 0;
+  std::uint32_t conversations = 0;
+  std::uint32_t generating = 0;
+  std::uint64_t queued_tokens = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t tokens_decoded = 0;
+  std::uint64_t tokens_sampled = 0;
+  std::uint64_t decode_failures = 0;
+  // Over the last 1024 steps that did work.
+  double step_ms_p50 = 0;
+  double step_ms_p99 = 0;
+  double decode_ms_p50 = 0;
+};
+
+namespace detail {
+struct ExecutorCore;
+}
+
+class WEFT_API Executor {
+ public:
+  // Creates the llama_context. Throws Errc::invalid_argument for parameters
+  // outside their documented ranges (naming the value and the limit) and
+  // Errc::backend if llama.cpp cannot create the context (e.g. no memory).
+  explicit Executor(Model model, const ExecutorParams &params = {});
+  ~Executor();
+  Executor(Executor &&) noexcept;
+  Executor &operator=(Executor &&) noexcept;
+  Executor(const Executor &) = delete;
+  Executor &operator=(const Executor &) = delete;
+
+  // A new, empty conversation: nothing queued, nothing decoded, no slot yet.
+  Conversation create();
+
+  // One scheduling round. Throws Errc::invalid_argument for a bad budget;
+  // decode failures do not throw: they reach the affected conversations.
+  StepResult step(const StepBudget &budget = {});
+
+  // Free KV cells now (cells referenced by several forks count once).
+  std::uint32_t cells_free() const;
+  ExecutorStats stats() const;
+  const Model &model() const;
+  const ExecutorParams &params() const;
+
+  // For weft's own internals; not part of the stable API.
+  const std::shared_ptr<detail::ExecutorCore> &impl() const noexcept { return core_; }
+
+ private:
+  std::shared_ptr<detail::ExecutorCore> core_;
+};
+
+}  // namespace weft

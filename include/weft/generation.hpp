@@ -1,0 +1,94 @@
+// weft/generation.hpp — a running generation: poll it, wait for it, cancel it.
+//
+// Ownership: Generation is a cheap, copyable handle to shared progress; it stays
+// valid (and its result readable) after the conversation or executor is gone.
+// Thread-safety: every method may be called from any thread at any time; none
+// waits for a running decode. Callbacks (GenerateParams::on_token) run on the
+// thread that calls Executor::step(), never concurrently for one generation.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/error.hpp"
+#include "weft/export.hpp"
+#include "weft/sampling.hpp"
+#include "weft/types.hpp"
+
+namespace weft {
+
+enum class FinishReason {
+  running = 0,   // not finished yet
+  max_tokens,    // produced GenerateParams::max_tokens tokens
+  end_of_generation,  // sampled an end-of-generation token (EOS, EOT, ...)
+  stop_string,   // the text reached one of GenerateParams::stop
+  context_full,  // the conversation reached the executor's n_ctx
+  cancelled,     // cancel(), or the conversation was disposed or rewound
+  error,         // see GenerationResult::error
+};
+
+WEFT_API const char *finish_reason_name(FinishReason reason) noexcept;
+
+struct GenerateParams {
+  // Tokens to produce at most. Default 128. Must be >= 1.
+  std::uint32_t max_tokens = 128;
+  // Sampler for this generation; default: the conversation's own (see
+  // Conversation::set_sampler), whose state then advances.
+  std::optional<SamplerParams> sampler;
+  // Stop when the text contains any of these (the match is cut from the
+  // text; the tokens stay in the conversation). Default none. Empty strings
+  // are refused.
+  std::vector<std::string> stop;
+  // Called on the stepping thread for every sampled token with the text that
+  // became final with it: UTF-8-complete, never part of a stop string, maybe
+  // empty. Default none. Must not throw (a throw cancels the generation).
+  std::function<void(Token token, std::string_view text)> on_token;
+};
+
+struct GenerationResult {
+  // Every sampled token, including the final one (an end-of-generation token
+  // too). All of them are part of the conversation: the last is decoded at
+  // the next step, so the conversation can go on from it.
+  std::vector<Token> tokens;
+  // The released text, cut before a matched stop string.
+  std::string text;
+  FinishReason reason = FinishReason::running;
+  // Set when reason == error.
+  std::optional<Error> error;
+};
+
+namespace detail {
+struct GenState;
+}
+
+class WEFT_API Generation {
+ public:
+  Generation() = default;  // an empty handle: done() is true, result() empty
+
+  bool done() const;
+  FinishReason reason() const;
+  std::size_t n_tokens() const;
+  // The text released so far.
+  std::string text() const;
+  // A snapshot; complete once done().
+  GenerationResult result() const;
+  // Waits until done or `timeout` passes; returns done(). Someone must be
+  // stepping the executor (a loop or the background worker) for progress.
+  bool wait_for(std::chrono::milliseconds timeout) const;
+  // Ends the generation now with reason cancelled (if still running). Tokens
+  // already sampled stay in the conversation.
+  void cancel();
+
+  explicit Generation(std::shared_ptr<detail::GenState> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<detail::GenState> state_;
+};
+
+}  // namespace weft

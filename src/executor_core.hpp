@@ -1,0 +1,139 @@
+// The shared internals behind Executor, Conversation and Generation.
+//
+// Locking: `step_mu` serialises steps and every operation that touches the
+// KV cache (fork, rewind, remove, dispose); `mu` guards all conversation state
+// and the ledger and is held only briefly — never during llama_decode and
+// never while user callbacks run. Order: step_mu before mu. Operations called
+// from a callback on the stepping thread skip step_mu (it is already held).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kv_ledger.hpp"
+#include "sampling.hpp"
+#include "scheduler.hpp"
+#include "weft/executor.hpp"
+
+struct llama_context;
+struct llama_batch;
+
+namespace weft::detail {
+
+// Test hook: when set, called with each batch before llama_decode; a non-zero
+// return is treated as llama_decode's return, without decoding.
+using DecodeHook = std::function<int(const llama_batch &batch)>;
+void set_decode_hook(Executor &executor, DecodeHook hook);
+
+// Progress of one generation, shared with its Generation handles.
+struct GenState {
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  GenerationResult result;  // reason == running until finished
+  // Below: touched only under the executor's mu.
+  GenerateParams params;
+  std::optional<Sampler> own_sampler;  // when params.sampler was given
+  std::optional<TextStream> stream;
+  std::weak_ptr<struct ExecutorCore> core;
+  std::uint64_t conv_id = 0;
+};
+
+struct Conv {
+  std::uint64_t id = 0;
+  int seq = -1;                       // llama.cpp sequence slot, -1 = none
+  std::vector<Token> history;         // decoded: positions 0..n-1
+  std::vector<std::uint32_t> cells;   // ledger id per history position
+  std::vector<Token> queue;           // queued input, from queue_head on
+  std::size_t queue_head = 0;
+  std::vector<float> logits;          // of history.back() when has_logits
+  bool has_logits = false;
+  SamplerParams sampler_params;
+  std::optional<Sampler> sampler;     // built on first use
+  std::shared_ptr<GenState> gen;      // running generation
+  bool gen_token_queued = false;      // queue holds exactly the sampled token
+  int priority = 0;
+  std::uint64_t last_served = 0;
+  std::optional<Error> error;
+  std::weak_ptr<struct ConvHandle> handle;  // the user's handles, if any left
+
+  std::uint32_t n_queued() const { return static_cast<std::uint32_t>(queue.size() - queue_head); }
+  std::uint32_t n_decoded() const { return static_cast<std::uint32_t>(history.size()); }
+};
+
+// Work collected under `mu` and delivered after it is released.
+struct TokenEvent {
+  std::shared_ptr<GenState> gen;
+  Token token;
+  std::string text;
+  bool finished;
+};
+
+struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
+  ExecutorCore(Model model, const ExecutorParams &params);
+  ~ExecutorCore();
+  void free_context();
+
+  Model model;
+  ExecutorParams params;
+  llama_context *ctx = nullptr;
+  std::uint32_t n_ctx = 0;
+  std::int32_t n_vocab = 0;
+  bool can_shift = false;
+
+  std::mutex step_mu;
+  std::atomic<std::thread::id> stepping{};
+  mutable std::mutex mu;
+  bool closed = false;  // the Executor object is gone
+
+  KvLedger ledger;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Conv>> convs;
+  std::vector<int> free_seqs;
+  std::uint64_t next_id = 1;
+
+  // Stats (under mu).
+  std::uint64_t steps = 0, tokens_decoded = 0, tokens_sampled = 0, decode_failures = 0;
+  std::vector<float> step_ms, decode_ms;  // rings of kStatWindow
+  std::size_t stat_pos = 0;
+  static constexpr std::size_t kStatWindow = 1024;
+
+  // Step scratch, reused so a steady-state step does not allocate.
+  std::vector<PlanCandidate> candidates;
+  std::vector<PlanEntry> plan;
+  std::vector<Conv *> plan_convs;
+  std::vector<TokenEvent> events;
+  std::vector<std::pair<std::size_t, std::size_t>> work_ranges;
+  DecodeHook decode_hook;
+  struct llama_batch *batch = nullptr;  // n_batch tokens, one seq id each
+
+  // Guards for KV-cache operations: waits for the running step unless called
+  // from the stepping thread.
+  std::unique_lock<std::mutex> kv_lock();
+
+  Conv &get(std::uint64_t id);  // under mu; throws Errc::disposed
+  void dispose_locked(Conv &c);
+  // Ends c's running generation (if any); returns the text it still held back.
+  std::string finish_generation_locked(Conv &c, FinishReason reason, std::optional<Error> error = {});
+  Sampler &sampler_of(Conv &c);
+  void release_kv_from(Conv &c, std::uint32_t pos);  // seq_rm + ledger, keeps the slot
+  void ensure_logits_locked(Conv &c);
+
+  StepResult step(const StepBudget &budget);
+  void sample_phase_locked(StepResult &result);
+  void deliver_events();
+};
+
+struct ConvHandle {
+  std::shared_ptr<ExecutorCore> core;
+  std::uint64_t id = 0;
+  ~ConvHandle();
+};
+
+}  // namespace weft::detail

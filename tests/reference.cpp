@@ -1,0 +1,73 @@
+#include "reference.hpp"
+
+#include <algorithm>
+
+namespace weft_test {
+
+double batch_noise_floor(const weft::Model &m) {
+  static const double floor = [&m] {
+    double worst = 0;
+    std::mt19937 rng(2024);
+    for (int scenario = 0; scenario < 6; ++scenario) {
+      const int n_seq = 2 + static_cast<int>(rng() % 7);
+      const int n_batch = 8 << (rng() % 5);  // 8..128
+      std::vector<std::vector<weft::Token>> seqs;
+      for (int s = 0; s < n_seq; ++s) seqs.push_back(random_tokens(rng, m, 4 + static_cast<int>(rng() % 60), true));
+
+      auto p = llama_context_default_params();
+      p.n_ctx = 1024;
+      p.n_batch = static_cast<uint32_t>(n_batch);
+      p.n_ubatch = static_cast<uint32_t>(n_batch);
+      p.n_seq_max = static_cast<uint32_t>(n_seq);
+      p.kv_unified = true;
+      p.n_threads = 2;
+      p.n_threads_batch = 2;
+      p.no_perf = true;
+      llama_context *ctx = llama_init_from_model(m.impl()->model, p);
+      llama_batch batch = llama_batch_init(n_batch, 0, 1);
+      std::vector<std::size_t> done(static_cast<std::size_t>(n_seq), 0);
+      std::vector<std::vector<float>> last(static_cast<std::size_t>(n_seq));
+      // Round-robin chunks of random size from every sequence into each batch.
+      for (bool more = true; more;) {
+        more = false;
+        batch.n_tokens = 0;
+        std::vector<std::pair<int, int>> outputs;
+        for (int s = 0; s < n_seq && batch.n_tokens < n_batch; ++s) {
+          auto &seq = seqs[static_cast<std::size_t>(s)];
+          auto &d = done[static_cast<std::size_t>(s)];
+          const std::size_t take = std::min<std::size_t>({seq.size() - d, 1 + rng() % 16,
+                                                          static_cast<std::size_t>(n_batch - batch.n_tokens)});
+          for (std::size_t i = 0; i < take; ++i, ++d) {
+            const int k = batch.n_tokens++;
+            batch.token[k] = seq[d];
+            batch.pos[k] = static_cast<llama_pos>(d);
+            batch.n_seq_id[k] = 1;
+            batch.seq_id[k][0] = s;
+            batch.logits[k] = d + 1 == seq.size();
+            if (batch.logits[k]) outputs.emplace_back(s, k);
+          }
+          more = more || d < seq.size();
+        }
+        if (batch.n_tokens == 0) break;
+        EXPECT_EQ(llama_decode(ctx, batch), 0);
+        for (auto [s, k] : outputs) {
+          const float *lg = llama_get_logits_ith(ctx, k);
+          last[static_cast<std::size_t>(s)].assign(lg, lg + m.n_vocab());
+        }
+        more = std::any_of(done.begin(), done.end(), [&, i = 0](std::size_t d) mutable {
+          return d < seqs[static_cast<std::size_t>(i++)].size();
+        });
+      }
+      for (int s = 0; s < n_seq; ++s) {
+        worst = std::max(worst, nmse(last[static_cast<std::size_t>(s)],
+                                     reference_logits(m, seqs[static_cast<std::size_t>(s)])));
+      }
+      llama_batch_free(batch);
+      llama_free(ctx);
+    }
+    return worst;
+  }();
+  return floor;
+}
+
+}  // namespace weft_test

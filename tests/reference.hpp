@@ -1,0 +1,70 @@
+// Independent reference paths on raw llama.cpp, for comparing weft against.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <llama.h>
+
+#include <random>
+#include <vector>
+
+#include "common.hpp"
+#include "model_impl.hpp"
+
+namespace weft_test {
+
+// Logits of the last token of `tokens`, decoded alone on a fresh context in
+// chunks of `chunk` tokens.
+inline std::vector<float> reference_logits(const weft::Model &m, const std::vector<weft::Token> &tokens,
+                                           int chunk = 64, uint32_t n_ctx = 1024) {
+  auto p = llama_context_default_params();
+  p.n_ctx = n_ctx;
+  p.n_batch = static_cast<uint32_t>(chunk);
+  p.n_ubatch = static_cast<uint32_t>(chunk);
+  p.n_seq_max = 1;
+  p.n_threads = 2;
+  p.n_threads_batch = 2;
+  p.no_perf = true;
+  llama_context *ctx = llama_init_from_model(m.impl()->model, p);
+  EXPECT_NE(ctx, nullptr);
+  llama_batch batch = llama_batch_init(chunk, 0, 1);
+  for (std::size_t start = 0; start < tokens.size(); start += static_cast<std::size_t>(chunk)) {
+    batch.n_tokens = 0;
+    const std::size_t end = std::min(tokens.size(), start + static_cast<std::size_t>(chunk));
+    for (std::size_t i = start; i < end; ++i) {
+      const int k = batch.n_tokens++;
+      batch.token[k] = tokens[i];
+      batch.pos[k] = static_cast<llama_pos>(i);
+      batch.n_seq_id[k] = 1;
+      batch.seq_id[k][0] = 0;
+      batch.logits[k] = i + 1 == tokens.size();
+    }
+    EXPECT_EQ(llama_decode(ctx, batch), 0);
+  }
+  const float *logits = llama_get_logits_ith(ctx, -1);
+  std::vector<float> out(logits, logits + m.n_vocab());
+  llama_batch_free(batch);
+  llama_free(ctx);
+  return out;
+}
+
+// Random tokens (no control tokens), BOS first when `bos`.
+inline std::vector<weft::Token> random_tokens(std::mt19937 &rng, const weft::Model &m, int n, bool bos = false) {
+  std::uniform_int_distribution<weft::Token> tok(3, m.n_vocab() - 1);
+  std::vector<weft::Token> out;
+  if (bos) out.push_back(m.bos());
+  for (int i = 0; i < n; ++i) out.push_back(tok(rng));
+  return out;
+}
+
+// The noise llama.cpp's CPU kernels themselves show for one sequence decoded
+// alone vs. beside others in one batch (raw API, unified KV): the floor every
+// "same logits" tolerance in these tests is derived from. Measured once per
+// test binary over seeded random batches on the tiny model.
+double batch_noise_floor(const weft::Model &m);
+
+// Tolerance for comparing weft's logits with a reference: 8x the measured
+// floor (weft adds no arithmetic of its own), at least 1e-9 when the floor
+// happens to be 0.
+inline double logits_tolerance(const weft::Model &m) { return std::max(8.0 * batch_noise_floor(m), 1e-9); }
+
+}  // namespace weft_test
