@@ -217,32 +217,31 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
     const bool pressure = ledger.free() < std::min<std::uint64_t>(token_budget, wanted);
     result.blocked = no_slot;
     if (!pressure) break;
-    // Who got nothing because the cells ran out.
-    Conv *first_blocked = nullptr;
+    // Who got less than it wanted, and who got nothing, because cells ran out.
+    Conv *first_short = nullptr;
     std::uint32_t n_blocked = 0;
     for (const auto &cand : candidates) {
-      const bool planned = std::any_of(plan.begin(), plan.end(), [&](auto &e) { return e.index == cand.index; });
-      if (planned || cand.room == 0) continue;
+      const auto it = std::find_if(plan.begin(), plan.end(), [&](auto &e) { return e.index == cand.index; });
+      const std::uint32_t got = it == plan.end() ? 0 : it->n_tokens;
+      std::uint32_t want = std::min(cand.queued, cand.room);
+      if (params.max_prompt_chunk != 0 && !cand.generating) want = std::min(want, params.max_prompt_chunk);
+      if (got >= want) continue;
+      if (first_short == nullptr) first_short = plan_convs[cand.index];
+      if (got > 0) continue;
       ++n_blocked;
-      if (first_blocked == nullptr) first_blocked = plan_convs[cand.index];
-    }
-    result.blocked += n_blocked;
-    if (first_blocked == nullptr) break;
-    const std::uint32_t need = std::min(first_blocked->n_queued(), token_budget);
-    if (params.pressure == PressurePolicy::fail) {
-      for (const auto &cand : candidates) {
-        Conv &c = *plan_convs[cand.index];
-        const bool planned = std::any_of(plan.begin(), plan.end(), [&](auto &e) { return e.index == cand.index; });
-        if (planned || cand.room == 0) continue;
+      Conv &c = *plan_convs[cand.index];
+      if (params.pressure == PressurePolicy::fail && attempt == 0) {
         c.error = Error(Errc::out_of_range, fmt::format("conversation {} needs {} KV cells, {} of {} are free", c.id,
-                                                        std::min(c.n_queued(), token_budget), ledger.free(), n_ctx));
+                                                        want, ledger.free(), n_ctx));
         finish_generation_locked(c, FinishReason::error, c.error);
       }
-      break;
     }
-    if (params.pressure != PressurePolicy::callback || attempt > 0) break;
-    auto handle = first_blocked->handle.lock();
+    result.blocked += n_blocked;
+    if (first_short == nullptr || params.pressure != PressurePolicy::callback || attempt > 0) break;
+    // The callback may rewind, shift or dispose; then plan again, once.
+    auto handle = first_short->handle.lock();
     if (!handle) break;
+    const std::uint32_t need = std::min(first_short->n_queued(), token_budget);
     PressureInfo info{Conversation(handle), need, ledger.free()};
     lock.unlock();
     try {
@@ -250,6 +249,8 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
     } catch (...) {
       // Documented: a throwing callback freed nothing.
     }
+    handle.reset();
+    info.conversation = Conversation();
     lock.lock();
     if (closed) return result;
     sample_phase_locked(result);  // the callback may have changed generations

@@ -50,11 +50,19 @@ void plan_batch(std::span<PlanCandidate> candidates, const PlanLimits &limits, s
   if (eligible == 0 || remaining == 0) return;
 
   const std::size_t base = out.size();
-  const std::uint32_t share = std::max<std::uint32_t>(1, remaining / eligible);
+  // Spread the division's remainder one token each over the first prompts rather
+  // than giving it all to the first: 64 over 33 is 2,...,2,1,1, not 32,1,...,1.
+  std::uint32_t share = remaining / eligible, extra = remaining % eligible;
+  if (share == 0) {
+    share = 1;  // fewer tokens than prompts: one each, in order, until they run out
+    extra = 0;
+  }
   for (const auto &c : prompts) {
     if (remaining == 0) break;
-    const std::uint32_t n = std::min({cap(c), share, remaining});
-    if (n == 0) continue;
+    const std::uint32_t want = cap(c);
+    if (want == 0) continue;
+    const std::uint32_t n = std::min({want, share + (extra > 0 ? 1u : 0u), remaining});
+    if (extra > 0) --extra;
     out.push_back({c.index, n});
     remaining -= n;
   }

@@ -47,12 +47,12 @@ inline std::vector<float> reference_logits(const weft::Model &m, const std::vect
   return out;
 }
 
-// Random tokens (no control tokens), BOS first when `bos`.
+// `n` random tokens (no control tokens), the first of them BOS when `bos`.
 inline std::vector<weft::Token> random_tokens(std::mt19937 &rng, const weft::Model &m, int n, bool bos = false) {
   std::uniform_int_distribution<weft::Token> tok(3, m.n_vocab() - 1);
   std::vector<weft::Token> out;
-  if (bos) out.push_back(m.bos());
-  for (int i = 0; i < n; ++i) out.push_back(tok(rng));
+  if (bos && n > 0) out.push_back(m.bos());
+  while (static_cast<int>(out.size()) < n) out.push_back(tok(rng));
   return out;
 }
 

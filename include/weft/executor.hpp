@@ -46,7 +46,9 @@ struct PressureInfo {
 
 struct ExecutorParams {
   // KV cells shared by all conversations (the unified cache). Default 4096.
-  // Must be in [16, model's n_ctx_train * n_seq_max].
+  // Must be in [16, model's n_ctx_train * n_seq_max]. llama.cpp rounds it up
+  // to a multiple of 256; stats().n_ctx is the real size, and the limit one
+  // conversation's history can reach.
   std::uint32_t n_ctx = 4096;
   // Most tokens per llama_decode call (and per step). Default 512. Must be
   // >= n_seq_max (llama.cpp's output buffer needs it) and <= n_ctx.
