@@ -44,7 +44,9 @@ std::map<std::uint32_t, std::uint32_t> by_index(const std::vector<PlanEntry> &ou
 }
 
 // Zero is rare in a uniform 0..5000, so force it sometimes to reach the edge cases.
-std::uint32_t maybe_zero(std::mt19937 &rng, std::uint32_t hi) { return uniform(rng, 0, 9) == 0 ? 0 : uniform(rng, 0, hi); }
+std::uint32_t maybe_zero(std::mt19937 &rng, std::uint32_t hi) {
+  return uniform(rng, 0, 9) == 0 ? 0 : uniform(rng, 0, hi);
+}
 
 }  // namespace
 
