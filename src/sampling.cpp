@@ -1,0 +1,268 @@
+// Sampler (a llama.cpp sampler chain over caller-held logits) and TextStream.
+#include "sampling.hpp"
+
+#include <llama.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+
+#include "internal.hpp"
+#include "model_impl.hpp"
+
+namespace weft::detail {
+namespace {
+
+void check_finite(const char *field, float v) {
+  if (!std::isfinite(v)) fail(Errc::invalid_argument, fmt::format("SamplerParams.{} = {} must be finite", field, v));
+}
+
+// llama.cpp throws C++ exceptions from inside its C API (bad_alloc, grammar
+// stack errors); they become typed errors here.
+template <class Fn>
+void guarded(const char *what, Fn &&fn) {
+  try {
+    fn();
+  } catch (const Error &) {
+    throw;
+  } catch (const std::exception &e) {
+    fail(Errc::backend, fmt::format("llama.cpp failed in {}: {}", what, e.what()));
+  }
+}
+
+llama_sampler *checked(llama_sampler *s, const char *what) {
+  if (s == nullptr) fail(Errc::backend, fmt::format("llama.cpp could not create the {} sampler", what));
+  return s;
+}
+
+}  // namespace
+
+// Range checks are written as !(in range) so that NaN fails every one of them.
+void validate(const SamplerParams &p) {
+  check_finite("temperature", p.temperature);
+  if (!(p.temperature >= 0.0f)) {
+    fail(Errc::invalid_argument, fmt::format("SamplerParams.temperature = {} must be >= 0", p.temperature));
+  }
+  if (p.top_k < 0) fail(Errc::invalid_argument, fmt::format("SamplerParams.top_k = {} must be >= 0", p.top_k));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    fail(Errc::invalid_argument, fmt::format("SamplerParams.top_p = {} is outside (0, 1]", p.top_p));
+  }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    fail(Errc::invalid_argument, fmt::format("SamplerParams.min_p = {} is outside [0, 1]", p.min_p));
+  }
+  check_finite("repeat_penalty", p.repeat_penalty);
+  if (!(p.repeat_penalty > 0.0f)) {
+    fail(Errc::invalid_argument, fmt::format("SamplerParams.repeat_penalty = {} must be > 0", p.repeat_penalty));
+  }
+  check_finite("frequency_penalty", p.frequency_penalty);
+  check_finite("presence_penalty", p.presence_penalty);
+  if (p.penalty_last_n < -1) {
+    fail(Errc::invalid_argument,
+         fmt::format("SamplerParams.penalty_last_n = {} must be >= -1 (-1 = the whole context)", p.penalty_last_n));
+  }
+  if (!p.grammar.empty() && p.grammar_root.empty()) {
+    fail(Errc::invalid_argument, "SamplerParams.grammar_root is empty but a grammar is set");
+  }
+}
+
+void Sampler::Free::operator()(llama_sampler *s) const noexcept { llama_sampler_free(s); }
+
+Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n_ctx) : model_(model), params_(params) {
+  validate(params_);
+  ensure_backend();
+  const Model::Impl &m = *model_.impl();
+
+  if (!params_.grammar.empty()) {
+    take_llama_error();
+    llama_sampler *g = nullptr;
+    guarded("grammar parsing",
+            [&] { g = llama_sampler_init_grammar(m.vocab, params_.grammar.c_str(), params_.grammar_root.c_str()); });
+    if (g == nullptr) {
+      // llama.cpp prints the parser's detail to stderr itself; its log carries the summary.
+      const std::string why = take_llama_error();
+      fail(Errc::invalid_argument, fmt::format("SamplerParams.grammar (root '{}') was refused by llama.cpp: {}",
+                                               params_.grammar_root, why.empty() ? "no reason given" : why));
+    }
+    grammar_.reset(g);
+  }
+
+  chain_.reset(checked(llama_sampler_chain_init(llama_sampler_chain_default_params()), "chain"));
+  auto add = [&](llama_sampler *s, const char *what) { llama_sampler_chain_add(chain_.get(), checked(s, what)); };
+  std::int32_t last_n = params_.penalty_last_n;
+  if (last_n == -1) last_n = n_ctx > 0 ? n_ctx : model_.n_ctx_train();
+  // Index 0 of the chain, always present (an empty stage when off), so accept_prompt() can reach it.
+  add(llama_sampler_init_penalties(m.n_vocab, last_n, params_.repeat_penalty, params_.frequency_penalty,
+                                   params_.presence_penalty),
+      "penalties");
+  if (params_.temperature == 0.0f) {
+    add(llama_sampler_init_greedy(), "greedy");
+  } else {
+    if (params_.top_k > 0) add(llama_sampler_init_top_k(params_.top_k), "top_k");
+    if (params_.top_p < 1.0f) add(llama_sampler_init_top_p(params_.top_p, 1), "top_p");
+    if (params_.min_p > 0.0f) add(llama_sampler_init_min_p(params_.min_p, 1), "min_p");
+    add(llama_sampler_init_temp(params_.temperature), "temp");
+    // LLAMA_DEFAULT_SEED asks llama.cpp for a random seed; weft promises that a seed is reproducible.
+    add(llama_sampler_init_dist(params_.seed == LLAMA_DEFAULT_SEED ? LLAMA_DEFAULT_SEED - 1 : params_.seed), "dist");
+  }
+  cur_.resize(static_cast<std::size_t>(m.n_vocab));
+}
+
+Sampler::Sampler(Model model, SamplerParams params, Ptr grammar, Ptr chain)
+    : model_(std::move(model)), params_(std::move(params)), grammar_(std::move(grammar)), chain_(std::move(chain)) {
+  cur_.resize(static_cast<std::size_t>(model_.n_vocab()));
+}
+
+Sampler::~Sampler() = default;
+Sampler::Sampler(Sampler &&) noexcept = default;
+Sampler &Sampler::operator=(Sampler &&) noexcept = default;
+
+Sampler Sampler::clone() const {
+  Ptr grammar;
+  Ptr chain;
+  guarded("sampler clone", [&] {
+    if (grammar_) grammar.reset(checked(llama_sampler_clone(grammar_.get()), "grammar clone"));
+    chain.reset(checked(llama_sampler_clone(chain_.get()), "chain clone"));
+  });
+  return Sampler(model_, params_, std::move(grammar), std::move(chain));
+}
+
+Token Sampler::sample(std::span<const float> logits) {
+  if (logits.size() != cur_.size()) {
+    fail(Errc::invalid_argument,
+         fmt::format("logits has {} entries, but the vocabulary has {} tokens", logits.size(), cur_.size()));
+  }
+  float max_logit = -INFINITY;
+  for (std::size_t i = 0; i < cur_.size(); ++i) {
+    const float l = logits[i];
+    if (std::isnan(l)) fail(Errc::invalid_argument, fmt::format("logits[{}] is NaN", i));
+    max_logit = l > max_logit ? l : max_logit;
+    cur_[i] = llama_token_data{static_cast<llama_token>(i), l, 0.0f};
+  }
+  if (max_logit == -INFINITY) fail(Errc::invalid_argument, "every logit is -inf: no token can be sampled");
+
+  llama_token_data_array arr{cur_.data(), cur_.size(), -1, false};
+  if (grammar_) {
+    guarded("grammar apply", [&] { llama_sampler_apply(grammar_.get(), &arr); });
+    bool any = false;
+    for (std::size_t i = 0; i < arr.size && !any; ++i) any = arr.data[i].logit > -INFINITY;
+    if (!any) {
+      fail(Errc::invalid_argument, "grammar admits no token with a finite logit at this point");
+    }
+  }
+  guarded("sampling", [&] { llama_sampler_apply(chain_.get(), &arr); });
+  if (arr.selected < 0 || static_cast<std::size_t>(arr.selected) >= arr.size) {
+    fail(Errc::backend, fmt::format("llama.cpp selected candidate {} of {}", arr.selected, arr.size));
+  }
+  const llama_token_data &picked = arr.data[arr.selected];
+  // Overflow in a stage (e.g. logits / a tiny temperature) can leave no finite choice.
+  if (!(picked.logit > -INFINITY)) {
+    fail(Errc::invalid_argument, fmt::format("sampling chose token {} with logit {}: no token is admissible",
+                                             picked.id, picked.logit));
+  }
+  return picked.id;
+}
+
+void Sampler::accept(Token token) {
+  model_.check_token(token);
+  if (grammar_) {
+    // llama.cpp aborts on a disallowed end-of-generation token and corrupts its stacks on any
+    // other disallowed token, so ask the grammar first with a one-candidate array.
+    llama_token_data one{token, 0.0f, 0.0f};
+    llama_token_data_array arr{&one, 1, -1, false};
+    guarded("grammar check", [&] { llama_sampler_apply(grammar_.get(), &arr); });
+    if (!(arr.data[0].logit > -INFINITY)) {
+      fail(Errc::invalid_argument, fmt::format("token {} ('{}') is not allowed by the grammar at this point", token,
+                                               model_.token_piece(token)));
+    }
+    guarded("grammar accept", [&] { llama_sampler_accept(grammar_.get(), token); });
+  }
+  guarded("sampler accept", [&] { llama_sampler_accept(chain_.get(), token); });
+}
+
+void Sampler::accept_prompt(std::span<const Token> tokens) {
+  for (Token t : tokens) model_.check_token(t);
+  llama_sampler *penalties = llama_sampler_chain_get(chain_.get(), 0);
+  guarded("penalty accept", [&] {
+    for (Token t : tokens) llama_sampler_accept(penalties, t);
+  });
+}
+
+// ---- TextStream ----
+
+namespace {
+
+// Where released text must end so that it does not split a UTF-8 sequence
+// that may still complete: before the lead byte of an unfinished sequence at
+// `end`, unless that lead was already released (then it was invalid anyway).
+std::size_t utf8_safe_end(const std::string &s, std::size_t end, std::size_t released) {
+  std::size_t lead = end;
+  for (int back = 0; back < 4 && lead > 0; ++back) {
+    --lead;
+    if ((static_cast<unsigned char>(s[lead]) & 0xC0) != 0x80) break;
+  }
+  if (lead >= end) return end;
+  const auto b = static_cast<unsigned char>(s[lead]);
+  const std::size_t need = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+  if (need == 0 || lead + need <= end || lead < released) return end;
+  return lead;
+}
+
+}  // namespace
+
+TextStream::TextStream(std::vector<std::string> stop_strings) : stops_(std::move(stop_strings)) {
+  for (std::size_t i = 0; i < stops_.size(); ++i) {
+    if (stops_[i].empty()) {
+      fail(Errc::invalid_argument, fmt::format("stop string #{} of {} is empty", i, stops_.size()));
+    }
+  }
+}
+
+std::string TextStream::push(std::string_view piece) {
+  if (stopped_) return {};
+  text_.append(piece);
+
+  // A stop string can only start in the held-back part: released text never holds a possible start.
+  std::size_t best = std::string::npos;
+  const std::string *best_stop = nullptr;
+  for (const auto &s : stops_) {
+    const std::size_t at = text_.find(s, released_);
+    if (at < best) {
+      best = at;
+      best_stop = &s;
+    }
+  }
+  if (best_stop != nullptr) {
+    stopped_ = true;
+    matched_ = *best_stop;
+    text_.resize(best);
+    std::string out = text_.substr(released_);
+    released_ = text_.size();
+    return out;
+  }
+
+  // Hold back the longest suffix that is a proper prefix of a stop string.
+  std::size_t hold = 0;
+  const std::size_t open = text_.size() - released_;
+  for (const auto &s : stops_) {
+    for (std::size_t len = std::min(s.size() - 1, open); len > hold; --len) {
+      if (std::string_view(text_).substr(text_.size() - len) == std::string_view(s).substr(0, len)) {
+        hold = len;
+        break;
+      }
+    }
+  }
+  const std::size_t end = utf8_safe_end(text_, text_.size() - hold, released_);
+  std::string out = text_.substr(released_, end - released_);
+  released_ = end;
+  return out;
+}
+
+std::string TextStream::flush() {
+  std::string out = text_.substr(released_);
+  released_ = text_.size();
+  return out;
+}
+
+}  // namespace weft::detail

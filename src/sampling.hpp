@@ -1,0 +1,123 @@
+// Token sampling and streamed text for one conversation. Internal.
+//
+// Sampler wraps a llama.cpp sampler chain built from SamplerParams and samples
+// from a logits vector the caller keeps (weft stores logits per conversation
+// rather than reading them back from the context). TextStream turns generated
+// pieces into text that is safe to hand to a callback: never half a UTF-8
+// character, never the start of a stop string that may yet complete.
+//
+// Thread-safety: neither class is thread-safe; each conversation owns one of
+// each and uses it from the stepping thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/model.hpp"
+#include "weft/sampling.hpp"
+#include "weft/types.hpp"
+
+struct llama_sampler;
+struct llama_token_data;
+
+namespace weft::detail {
+
+// Throws Errc::invalid_argument naming the field, its value and the allowed
+// range (e.g. "SamplerParams.top_p = 1.5 is outside (0, 1]"). NaN fails every
+// range.
+void validate(const SamplerParams &p);
+
+class Sampler {
+ public:
+  // Validates, then builds [grammar] -> penalties -> top_k -> top_p -> min_p ->
+  // temp -> dist(seed), or [grammar] -> penalties -> greedy when temperature is
+  // 0. Stages that are off (top_k 0, top_p 1, min_p 0) are left out.
+  // penalty_last_n = -1 ("the whole context") means `n_ctx` tokens, or the
+  // model's n_ctx_train when n_ctx is 0.
+  // Throws Errc::invalid_argument for bad params or a grammar llama.cpp cannot
+  // parse (quoting llama.cpp's logged reason).
+  Sampler(const Model &model, const SamplerParams &params, std::int32_t n_ctx = 0);
+  ~Sampler();
+  Sampler(Sampler &&) noexcept;
+  Sampler &operator=(Sampler &&) noexcept;
+  Sampler(const Sampler &) = delete;
+  Sampler &operator=(const Sampler &) = delete;
+
+  // An independent copy with identical state (RNG position, penalty history,
+  // grammar stacks): sampling both from equal logits gives equal tokens.
+  Sampler clone() const;
+
+  // Picks a token from `logits` (size n_vocab, else Errc::invalid_argument;
+  // a NaN entry is refused too). Advances the RNG (temperature > 0) but not the
+  // penalty history or grammar: call accept() with the token that is kept.
+  // Throws Errc::invalid_argument "grammar admits no token" when the grammar
+  // (together with -inf logits) leaves nothing to choose, or when every logit
+  // is -inf. weft's own work here does not allocate; llama.cpp's grammar and
+  // top_p stages may.
+  Token sample(std::span<const float> logits);
+
+  // Records a generated token in the penalty history and advances the grammar.
+  // Throws Errc::out_of_range for an id outside the vocabulary and
+  // Errc::invalid_argument for a token the grammar does not allow here (state
+  // is then unchanged).
+  void accept(Token token);
+
+  // Records prompt tokens in the penalty history only (the grammar constrains
+  // what is generated, not the prompt). Throws Errc::out_of_range for an id
+  // outside the vocabulary, before recording any.
+  void accept_prompt(std::span<const Token> tokens);
+
+  const SamplerParams &params() const noexcept { return params_; }
+
+ private:
+  struct Free {
+    void operator()(llama_sampler *s) const noexcept;
+  };
+  using Ptr = std::unique_ptr<llama_sampler, Free>;
+
+  Sampler(Model model, SamplerParams params, Ptr grammar, Ptr chain);
+
+  Model model_;
+  SamplerParams params_;
+  Ptr grammar_;  // null without a grammar; kept apart so sample() can tell why nothing is left
+  Ptr chain_;    // penalties ... selector
+  std::vector<llama_token_data> cur_;  // n_vocab candidates, reused by every sample()
+};
+
+// Incremental, UTF-8-safe text for streaming generated tokens, with stop
+// strings. Holds back (1) the bytes of an incomplete UTF-8 sequence at the end
+// and (2) the longest suffix that is a prefix of some stop string, so text
+// once released never has to be taken back.
+class TextStream {
+ public:
+  // Empty stop strings are refused with Errc::invalid_argument.
+  explicit TextStream(std::vector<std::string> stop_strings = {});
+
+  // Appends one token's piece; returns the text that became safe to release
+  // (possibly empty). When a stop string completes, stopped() turns true, the
+  // text is cut right before it (the earliest-starting match wins), the text
+  // before it is released, and later pushes return "" and change nothing.
+  std::string push(std::string_view piece);
+  bool stopped() const noexcept { return stopped_; }
+  // The stop string that matched; empty if none.
+  const std::string &matched_stop() const noexcept { return matched_; }
+  // Releases whatever is held back (the generation ended without a stop
+  // string); an incomplete UTF-8 tail is released as-is. A stop string that
+  // begins in flushed text is not detected by later pushes.
+  std::string flush();
+  // Everything released so far plus what is held back, cut at the stop string.
+  const std::string &text() const noexcept { return text_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string text_;
+  std::size_t released_ = 0;  // bytes of text_ already handed out
+  bool stopped_ = false;
+  std::string matched_;
+};
+
+}  // namespace weft::detail
