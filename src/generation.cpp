@@ -104,6 +104,10 @@ Generation Conversation::generate(const GenerateParams &params) {
   auto gen = std::make_shared<detail::GenState>();
   gen->params = params;
   gen->stream.emplace(params.stop);  // validates the stop strings
+  // Reserved up front so steps do not reallocate them as the reply grows.
+  const std::size_t expect = std::min<std::size_t>(params.max_tokens, 4096);
+  gen->result.tokens.reserve(expect);
+  gen->result.text.reserve(expect * 4);
   if (params.sampler) gen->own_sampler.emplace(core.model, *params.sampler, static_cast<std::int32_t>(core.n_ctx));
   gen->core = core.weak_from_this();
   gen->conv_id = handle_->id;

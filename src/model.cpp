@@ -171,14 +171,15 @@ std::string Model::detokenize(std::span<const Token> tokens, const DetokenizeOpt
 
 std::string Model::token_piece(Token token, bool render_special) const {
   check_token(token);
-  std::string out(32, '\0');
-  int32_t n = llama_token_to_piece(impl_->vocab, token, out.data(), static_cast<int32_t>(out.size()), 0,
-                                   render_special);
-  if (n < 0) {
-    out.resize(static_cast<std::size_t>(-n));
-    n = llama_token_to_piece(impl_->vocab, token, out.data(), static_cast<int32_t>(out.size()), 0, render_special);
-  }
-  out.resize(static_cast<std::size_t>(n < 0 ? 0 : n));
+  // A stack buffer: most pieces are short, and the result then fits the
+  // string's inline storage (a generation step samples one per conversation).
+  char buf[64];
+  const int32_t n = llama_token_to_piece(impl_->vocab, token, buf, sizeof buf, 0, render_special);
+  if (n >= 0) return std::string(buf, static_cast<std::size_t>(n));
+  std::string out(static_cast<std::size_t>(-n), '\0');
+  const int32_t m = llama_token_to_piece(impl_->vocab, token, out.data(), static_cast<int32_t>(out.size()), 0,
+                                         render_special);
+  out.resize(static_cast<std::size_t>(m < 0 ? 0 : m));
   return out;
 }
 
