@@ -106,6 +106,7 @@ void Conversation::prompt(std::span<const Token> tokens) {
     }
     c.queue.insert(c.queue.end(), tokens.begin(), tokens.end());
     c.gen_token_queued = false;
+    x.notify_work_locked();
   });
 }
 
@@ -137,6 +138,7 @@ Conversation Conversation::fork() {
     handle->id = child->id;
     child->handle = handle;
     x.convs.emplace(child->id, std::move(child));
+    x.notify_work_locked();
     return Conversation(handle);
   });
 }
@@ -159,6 +161,7 @@ void Conversation::rewind(std::uint32_t n) {
     x.release_kv_from(c, c.n_decoded() - (n - from_queue));
     x.ensure_logits_locked(c);
     detail::release_slot_if_empty(x, c);
+    x.notify_work_locked();
   });
 }
 
@@ -192,6 +195,7 @@ void Conversation::remove(std::uint32_t p0, std::uint32_t p1) {
     }
     x.ensure_logits_locked(c);
     detail::release_slot_if_empty(x, c);
+    x.notify_work_locked();
   });
 }
 
@@ -210,6 +214,7 @@ void Conversation::dispose() {
   std::lock_guard lock(core.mu);
   auto it = core.convs.find(handle_->id);
   if (it != core.convs.end()) core.dispose_locked(*it->second);
+  core.notify_work_locked();  // freed cells may unblock others
 }
 
 bool Conversation::disposed() const {
@@ -289,7 +294,10 @@ std::optional<Error> Conversation::error() const {
 }
 
 void Conversation::clear_error() {
-  detail::with_conv(handle_, [](ExecutorCore &, Conv &c) { c.error.reset(); });
+  detail::with_conv(handle_, [](ExecutorCore &x, Conv &c) {
+    c.error.reset();
+    x.notify_work_locked();
+  });
 }
 
 std::optional<Generation> Conversation::generation() const {

@@ -44,6 +44,7 @@ void validate(const Model &model, const ExecutorParams &p) {
   if (p.kv_type == KvType::q8_0 && p.flash_attn == FlashAttention::disabled) {
     bad("ExecutorParams.kv_type = q8_0 needs flash attention (flash_attn = disabled)");
   }
+  if (p.events && p.events_capacity == 0) bad("ExecutorParams.events_capacity = 0 must be >= 1");
   if (p.pressure == PressurePolicy::callback && !p.on_pressure) {
     bad("ExecutorParams.pressure = callback without on_pressure");
   }
@@ -65,6 +66,17 @@ llama_flash_attn_type to_llama(FlashAttention f) {
     case FlashAttention::automatic: break;
   }
   return LLAMA_FLASH_ATTN_TYPE_AUTO;
+}
+
+// Called by ggml after each graph node, on its first thread.
+bool abort_callback(void *data) {
+  auto *core = static_cast<ExecutorCore *>(data);
+  const std::int64_t deadline = core->abort_deadline_ns.load(std::memory_order_relaxed);
+  bool stop = deadline != 0 && std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    Clock::now().time_since_epoch()).count() >= deadline;
+  if (!stop && core->abort_hook) stop = core->abort_hook();
+  if (stop) core->aborted.store(true, std::memory_order_relaxed);
+  return stop;
 }
 
 double percentile(std::vector<float> v, double q) {
@@ -100,6 +112,7 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p) : model(std::move(m
     fail(Errc::backend, fmt::format("llama.cpp could not create a context (n_ctx {}, n_batch {}, n_seq_max {}): {}",
                                     params.n_ctx, params.n_batch, params.n_seq_max, take_llama_error()));
   }
+  llama_set_abort_callback(ctx, &abort_callback, this);
   n_ctx = llama_n_ctx(ctx);
   n_vocab = model.n_vocab();
   can_shift = llama_memory_can_shift(llama_get_memory(ctx));
@@ -170,206 +183,6 @@ void ExecutorCore::dispose_locked(Conv &c) {
   convs.erase(c.id);
 }
 
-StepResult ExecutorCore::step(const StepBudget &budget) {
-  const auto t0 = Clock::now();
-  std::unique_lock step_lock(step_mu);
-  stepping.store(std::this_thread::get_id());
-  struct Unmark {
-    std::atomic<std::thread::id> &s;
-    ~Unmark() { s.store(std::thread::id{}); }
-  } unmark{stepping};
-
-  StepResult result;
-  if (budget.max_tokens && (*budget.max_tokens == 0 || *budget.max_tokens > params.n_batch)) {
-    fail(Errc::invalid_argument,
-         fmt::format("StepBudget.max_tokens = {} is outside [1, n_batch = {}]", *budget.max_tokens, params.n_batch));
-  }
-  const std::uint32_t token_budget = budget.max_tokens.value_or(params.n_batch);
-
-  std::unique_lock lock(mu);
-  if (closed) fail(Errc::disposed, "the executor was destroyed");
-  ++steps;
-  sample_phase_locked(result);
-
-  for (int attempt = 0;; ++attempt) {
-    candidates.clear();
-    plan_convs.clear();
-    std::uint64_t wanted = 0;
-    std::uint32_t no_slot = 0;
-    for (auto &[id, cp] : convs) {
-      Conv &c = *cp;
-      if (c.n_queued() == 0 || c.error) continue;
-      if (c.seq < 0) {
-        if (free_seqs.empty()) {
-          ++no_slot;
-          continue;
-        }
-        c.seq = free_seqs.back();
-        free_seqs.pop_back();
-      }
-      const std::uint32_t room = n_ctx - std::min(n_ctx, c.n_decoded());
-      candidates.push_back({static_cast<std::uint32_t>(plan_convs.size()), c.n_queued(), room, c.priority,
-                            c.last_served, c.gen_token_queued});
-      plan_convs.push_back(&c);
-      wanted += std::min(c.n_queued(), room);
-    }
-    plan_batch(candidates, {token_budget, ledger.free(), params.max_prompt_chunk, steps}, plan);
-    const bool pressure = ledger.free() < std::min<std::uint64_t>(token_budget, wanted);
-    result.blocked = no_slot;
-    if (!pressure) break;
-    // Who got less than it wanted, and who got nothing, because cells ran out.
-    Conv *first_short = nullptr;
-    std::uint32_t n_blocked = 0;
-    for (const auto &cand : candidates) {
-      const auto it = std::find_if(plan.begin(), plan.end(), [&](auto &e) { return e.index == cand.index; });
-      const std::uint32_t got = it == plan.end() ? 0 : it->n_tokens;
-      std::uint32_t want = std::min(cand.queued, cand.room);
-      if (params.max_prompt_chunk != 0 && !cand.generating) want = std::min(want, params.max_prompt_chunk);
-      if (got >= want) continue;
-      if (first_short == nullptr) first_short = plan_convs[cand.index];
-      if (got > 0) continue;
-      ++n_blocked;
-      Conv &c = *plan_convs[cand.index];
-      if (params.pressure == PressurePolicy::fail && attempt == 0) {
-        c.error = Error(Errc::out_of_range, fmt::format("conversation {} needs {} KV cells, {} of {} are free", c.id,
-                                                        want, ledger.free(), n_ctx));
-        finish_generation_locked(c, FinishReason::error, c.error);
-      }
-    }
-    result.blocked += n_blocked;
-    if (first_short == nullptr || params.pressure != PressurePolicy::callback || attempt > 0) break;
-    // The callback may rewind, shift or dispose; then plan again, once.
-    auto handle = first_short->handle.lock();
-    if (!handle) break;
-    const std::uint32_t need = std::min(first_short->n_queued(), token_budget);
-    PressureInfo info{Conversation(handle), need, ledger.free()};
-    lock.unlock();
-    try {
-      params.on_pressure(info);
-    } catch (...) {
-      // Documented: a throwing callback freed nothing.
-    }
-    handle.reset();
-    info.conversation = Conversation();
-    lock.lock();
-    if (closed) return result;
-    sample_phase_locked(result);  // the callback may have changed generations
-  }
-
-  if (plan.empty()) {
-    result.idle = result.blocked == 0;
-    lock.unlock();
-    deliver_events();
-    result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    return result;
-  }
-
-  // Decode the plan; on failure, split it by conversation to find the culprit.
-  std::vector<PlanEntry> &entries = plan;
-  std::uint32_t pending_fail = 0;
-  double decode_s = 0;
-  auto fill_batch = [&](std::size_t lo, std::size_t hi) {
-    llama_batch &b = *batch;
-    b.n_tokens = 0;
-    for (std::size_t e = lo; e < hi; ++e) {
-      Conv &c = *plan_convs[entries[e].index];
-      const std::uint32_t n = entries[e].n_tokens;
-      const bool output = n == c.n_queued();  // reaches the end of its input
-      for (std::uint32_t i = 0; i < n; ++i) {
-        const int k = b.n_tokens++;
-        b.token[k] = c.queue[c.queue_head + i];
-        b.pos[k] = static_cast<llama_pos>(c.n_decoded() + i);
-        b.n_seq_id[k] = 1;
-        b.seq_id[k][0] = c.seq;
-        b.logits[k] = output && i + 1 == n;
-      }
-    }
-  };
-  // Applies a successful decode of entries [lo, hi) (under mu).
-  auto commit = [&](std::size_t lo, std::size_t hi) {
-    int row = 0;
-    for (std::size_t e = lo; e < hi; ++e) {
-      Conv &c = *plan_convs[entries[e].index];
-      const std::uint32_t n = entries[e].n_tokens;
-      const bool output = n == c.n_queued();
-      ledger.alloc(n, c.cells);
-      c.history.insert(c.history.end(), c.queue.begin() + static_cast<std::ptrdiff_t>(c.queue_head),
-                       c.queue.begin() + static_cast<std::ptrdiff_t>(c.queue_head + n));
-      c.queue_head += n;
-      if (c.queue_head == c.queue.size()) {
-        c.queue.clear();
-        c.queue_head = 0;
-      }
-      row += static_cast<int>(n);
-      if (output) {
-        const float *lg = llama_get_logits_ith(ctx, row - 1);
-        c.logits.assign(lg, lg + n_vocab);
-        c.has_logits = true;
-      } else {
-        c.has_logits = false;
-      }
-      c.gen_token_queued = false;
-      c.last_served = steps;
-      result.tokens_decoded += n;
-      ++result.conversations;
-    }
-  };
-  // Decodes [lo, hi); mu is released around llama_decode only.
-  auto &work = work_ranges;
-  work.assign(1, {0, entries.size()});
-  while (!work.empty()) {
-    auto [lo, hi] = work.back();
-    work.pop_back();
-    fill_batch(lo, hi);
-    lock.unlock();
-    const auto d0 = Clock::now();
-    int rc = decode_hook ? decode_hook(*batch) : 0;
-    if (rc == 0) rc = llama_decode(ctx, *batch);
-    decode_s += std::chrono::duration<double>(Clock::now() - d0).count();
-    lock.lock();
-    ++result.decode_calls;
-    if (rc == 0) {
-      commit(lo, hi);
-      continue;
-    }
-    ++decode_failures;
-    // Fatal errors and aborts may leave processed micro-batches behind:
-    // remove them so the ledger and the cache agree, and retry later.
-    for (std::size_t e = lo; e < hi; ++e) {
-      Conv &c = *plan_convs[entries[e].index];
-      llama_memory_seq_rm(llama_get_memory(ctx), c.seq, static_cast<llama_pos>(c.n_decoded()), -1);
-    }
-    if (hi - lo > 1) {
-      const std::size_t mid = lo + (hi - lo) / 2;
-      work.push_back({mid, hi});
-      work.push_back({lo, mid});
-      continue;
-    }
-    Conv &c = *plan_convs[entries[lo].index];
-    c.error = Error(Errc::backend, fmt::format("llama_decode returned {} for conversation {} ({} tokens at position {})",
-                                               rc, c.id, entries[lo].n_tokens, c.n_decoded()));
-    finish_generation_locked(c, FinishReason::error, c.error);
-    ++pending_fail;
-  }
-  result.failed = pending_fail;
-  tokens_decoded += result.tokens_decoded;
-  sample_phase_locked(result);
-
-  result.decode_seconds = decode_s;
-  result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const auto slot = stat_pos++ % kStatWindow;
-  if (step_ms.size() < kStatWindow) {
-    step_ms.push_back(static_cast<float>(result.seconds * 1e3));
-    decode_ms.push_back(static_cast<float>(decode_s * 1e3));
-  } else {
-    step_ms[slot] = static_cast<float>(result.seconds * 1e3);
-    decode_ms[slot] = static_cast<float>(decode_s * 1e3);
-  }
-  lock.unlock();
-  deliver_events();
-  return result;
-}
-
 }  // namespace detail
 
 Executor::Executor(Model model, const ExecutorParams &params)
@@ -377,6 +190,7 @@ Executor::Executor(Model model, const ExecutorParams &params)
 
 Executor::~Executor() {
   if (!core_) return;
+  stop();
   auto lock = core_->kv_lock();
   std::lock_guard guard(core_->mu);
   // Handles may outlive us: end generations, free the context now, and make
@@ -424,6 +238,11 @@ ExecutorStats Executor::stats() const {
   s.tokens_decoded = c.tokens_decoded;
   s.tokens_sampled = c.tokens_sampled;
   s.decode_failures = c.decode_failures;
+  s.deadline_stops = c.deadline_stops;
+  s.events_dropped = c.events_dropped;
+  s.worker_running = c.worker.joinable();
+  s.predicted_ms_per_token = c.cost.predict(1, 0) * 1e3;
+  s.cost_model_samples = c.cost.samples();
   s.step_ms_p50 = detail::percentile(c.step_ms, 0.5);
   s.step_ms_p99 = detail::percentile(c.step_ms, 0.99);
   s.decode_ms_p50 = detail::percentile(c.decode_ms, 0.5);
@@ -435,6 +254,13 @@ void detail::set_decode_hook(Executor &executor, DecodeHook hook) {
   auto lock = core->kv_lock();
   std::lock_guard guard(core->mu);
   core->decode_hook = std::move(hook);
+}
+
+void detail::set_abort_hook(Executor &executor, AbortHook hook) {
+  auto &core = executor.impl();
+  auto lock = core->kv_lock();
+  std::lock_guard guard(core->mu);
+  core->abort_hook = std::move(hook);
 }
 
 }  // namespace weft

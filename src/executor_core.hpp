@@ -18,6 +18,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include <deque>
+
+#include "cost_model.hpp"
 #include "kv_ledger.hpp"
 #include "sampling.hpp"
 #include "scheduler.hpp"
@@ -32,6 +35,10 @@ namespace weft::detail {
 // return is treated as llama_decode's return, without decoding.
 using DecodeHook = std::function<int(const llama_batch &batch)>;
 void set_decode_hook(Executor &executor, DecodeHook hook);
+// Test hook: consulted by the abort callback during llama_decode; true
+// aborts the micro-batch in flight (as a passed deadline would).
+using AbortHook = std::function<bool()>;
+void set_abort_hook(Executor &executor, AbortHook hook);
 
 // Progress of one generation, shared with its Generation handles.
 struct GenState {
@@ -104,13 +111,53 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::size_t stat_pos = 0;
   static constexpr std::size_t kStatWindow = 1024;
 
+  // A conversation's share of the planned batch, decoded over one or more
+  // llama_decode calls.
+  struct Segment {
+    Conv *conv;
+    std::uint32_t n;          // planned tokens
+    std::uint32_t done = 0;   // committed so far
+    bool failed = false;
+    bool counted = false;     // counted in StepResult::conversations
+  };
+  // Part of one llama_decode call: `n` tokens of segment `seg`.
+  struct Part {
+    std::uint32_t seg;
+    std::uint32_t n;
+  };
+
   // Step scratch, reused so a steady-state step does not allocate.
+  std::vector<Segment> segments;
+  std::vector<Part> parts;
   std::vector<PlanCandidate> candidates;
   std::vector<PlanEntry> plan;
   std::vector<Conv *> plan_convs;
   std::vector<TokenEvent> events;
   std::vector<std::pair<std::size_t, std::size_t>> work_ranges;
   DecodeHook decode_hook;
+  AbortHook abort_hook;
+  CostModel cost;
+
+  // Read by the abort callback on a ggml thread.
+  std::atomic<std::int64_t> abort_deadline_ns{0};  // 0 = none
+  std::atomic<bool> aborted{false};
+
+  // Background worker.
+  std::thread worker;
+  bool worker_stop = false;   // under mu
+  bool work_pending = false;  // under mu: something may have become runnable
+  std::condition_variable work_cv;
+  WorkerParams worker_params;
+
+  // Event queue (params.events).
+  std::deque<Event> event_queue;
+  std::uint64_t events_dropped = 0, deadline_stops = 0;
+  void post_event_locked(Event ev);
+  void notify_work_locked() {
+    work_pending = true;
+    work_cv.notify_one();
+  }
+  void worker_loop();
   struct llama_batch *batch = nullptr;  // n_batch tokens, one seq id each
 
   // Guards for KV-cache operations: waits for the running step unless called
@@ -126,6 +173,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   void ensure_logits_locked(Conv &c);
 
   StepResult step(const StepBudget &budget);
+  // Decodes the planned segments (mu held on entry and exit, released
+  // around each llama_decode). Returns whether the deadline stopped it.
+  bool decode_plan(const StepBudget &budget, StepResult &result, std::unique_lock<std::mutex> &lock);
+  void commit_part(const Part &part, int last_row, StepResult &result);
   void sample_phase_locked(StepResult &result);
   void deliver_events();
 };

@@ -17,9 +17,14 @@ std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason,
     std::lock_guard lock(gen->mu);
     gen->result.text += rest;
     gen->result.reason = reason;
-    gen->result.error = std::move(error);
+    gen->result.error = error;
   }
   gen->cv.notify_all();
+  post_event_locked({.kind = EventKind::finished,
+                     .conversation = c.id,
+                     .generation = Generation(gen),
+                     .reason = reason,
+                     .error = std::move(error)});
   return rest;
 }
 
@@ -62,8 +67,19 @@ void ExecutorCore::sample_phase_locked(StepResult &result) {
     } else if (n_tokens >= g.params.max_tokens) {
       reason = FinishReason::max_tokens;
     }
+    if (reason != FinishReason::running && reason != FinishReason::stop_string) {
+      // Release what the stream held back with this last token.
+      const std::string rest = g.stream->flush();
+      text += rest;
+      std::lock_guard lock(g.mu);
+      g.result.text += rest;
+    }
     auto gen = c.gen;
-    if (reason != FinishReason::running) text += finish_generation_locked(c, reason);
+    if (params.events) {
+      post_event_locked({.kind = EventKind::token, .conversation = c.id, .generation = Generation(gen),
+                         .token = token, .text = text});
+    }
+    if (reason != FinishReason::running) finish_generation_locked(c, reason);
     if (gen->params.on_token) events.push_back({std::move(gen), token, std::move(text), reason != FinishReason::running});
   }
 }
@@ -125,6 +141,7 @@ Generation Conversation::generate(const GenerateParams &params) {
   core.ensure_logits_locked(c);
   if (!gen->own_sampler) core.sampler_of(c);  // build it now, errors here not mid-step
   c.gen = gen;
+  core.notify_work_locked();
   return Generation(std::move(gen));
 }
 

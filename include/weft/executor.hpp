@@ -16,10 +16,13 @@
 // its own. stats() and cells_free() never wait for a running decode.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "weft/conversation.hpp"
 #include "weft/export.hpp"
@@ -73,12 +76,30 @@ struct ExecutorParams {
   // shift, dispose or fork any conversation (applied at once). Must not throw
   // (a throw is treated as "nothing freed").
   std::function<void(const PressureInfo &)> on_pressure;
+  // Post generation tokens, finished generations and conversation errors to
+  // a queue read with Executor::poll_events(), for threads that must not be
+  // called back (a game's main thread). Default false.
+  bool events = false;
+  // Most events kept unread; beyond it the oldest are dropped (counted in
+  // ExecutorStats::events_dropped; results stay complete in each
+  // Generation). Default 65536. Must be >= 1 when events is set.
+  std::size_t events_capacity = 65536;
 };
 
 struct StepBudget {
   // Most tokens to decode in this step; default (nullopt) = n_batch. Must be
   // in [1, n_batch].
   std::optional<std::uint32_t> max_tokens;
+  // Wall-clock target: the step decodes as many tokens as its cost model
+  // (learned from the batches decoded so far) predicts fit, at least one
+  // conversation's worth, never more than max_tokens. A soft target: use
+  // `deadline` for a hard stop. Default none. Must be > 0.
+  std::optional<std::chrono::microseconds> max_time;
+  // Hard deadline: the step submits one micro-batch (n_ubatch tokens) per
+  // llama_decode, stops between them once the deadline has passed, and
+  // aborts a micro-batch in flight through llama_set_abort_callback. Decoded
+  // work is kept; the rest stays queued. Default none.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 struct StepResult {
@@ -91,6 +112,33 @@ struct StepResult {
   double seconds = 0;                 // wall time of the step
   double decode_seconds = 0;          // of which in llama_decode
   bool idle = false;                  // there was nothing to do
+  bool deadline_hit = false;          // the hard deadline stopped the step early
+};
+
+// Background stepping (Executor::start).
+struct WorkerParams {
+  // The budget of each step the worker runs. Default: n_batch tokens.
+  StepBudget budget;
+  // Longest sleep while idle before looking again; new work (a prompt, a
+  // generation, a cleared error, freed cells) wakes the worker at once.
+  // Default 100 ms. Must be > 0.
+  std::chrono::milliseconds idle_wait{100};
+};
+
+enum class EventKind {
+  token,     // a generation produced a token (text: what it released)
+  finished,  // a generation ended (reason, error)
+  error,     // a step set a conversation's error()
+};
+
+struct Event {
+  EventKind kind = EventKind::token;
+  std::uint64_t conversation = 0;  // Conversation::id()
+  Generation generation;           // token, finished: the generation
+  Token token = -1;                // token
+  std::string text;                // token
+  FinishReason reason = FinishReason::running;  // finished
+  std::optional<Error> error;      // error; finished with reason error
 };
 
 struct ExecutorStats {
@@ -106,10 +154,16 @@ struct ExecutorStats {
   std::uint64_t tokens_decoded = 0;
   std::uint64_t tokens_sampled = 0;
   std::uint64_t decode_failures = 0;
+  std::uint64_t deadline_stops = 0;  // steps cut short by a hard deadline
+  std::uint64_t events_dropped = 0;
+  bool worker_running = false;
   // Over the last 1024 steps that did work.
   double step_ms_p50 = 0;
   double step_ms_p99 = 0;
   double decode_ms_p50 = 0;
+  // The cost model's prediction for one token at depth 0, and its samples.
+  double predicted_ms_per_token = 0;
+  std::uint64_t cost_model_samples = 0;
 };
 
 namespace detail {
@@ -133,7 +187,24 @@ class WEFT_API Executor {
 
   // One scheduling round. Throws Errc::invalid_argument for a bad budget;
   // decode failures do not throw: they reach the affected conversations.
+  // Steps are serialised: a call made while another thread (or the worker)
+  // steps waits for that step to end, then runs its own.
   StepResult step(const StepBudget &budget = {});
+
+  // Runs steps on an executor-owned thread until stop(): it sleeps while
+  // there is nothing to do and wakes on new work. Callbacks then run on that
+  // thread. Throws Errc::invalid_argument when already running or for bad
+  // params. step() may still be called meanwhile (it takes turns).
+  void start(const WorkerParams &params = {});
+  // Stops the worker after the step it is running (if any) and joins it.
+  // Nothing is lost: queued input stays queued, generations stay running,
+  // ready for step() or start(). Idempotent. Called by the destructor.
+  void stop();
+  bool running() const;
+
+  // Takes up to `max` events, oldest first (ExecutorParams::events). Never
+  // waits for a decode. Empty when events are off.
+  std::vector<Event> poll_events(std::size_t max = SIZE_MAX);
 
   // Free KV cells now (cells referenced by several forks count once).
   std::uint32_t cells_free() const;
