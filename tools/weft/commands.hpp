@@ -8,5 +8,6 @@ namespace weft_cli {
 void add_make_model(CLI::App &app);
 void add_info(CLI::App &app);
 void add_demo(CLI::App &app);
+void add_bench(CLI::App &app);
 
 }  // namespace weft_cli

@@ -18,6 +18,7 @@ int main(int argc, char **argv) {
   weft_cli::add_make_model(app);
   weft_cli::add_info(app);
   weft_cli::add_demo(app);
+  weft_cli::add_bench(app);
   try {
     CLI11_PARSE(app, argc, argv);
   } catch (const weft::Error &e) {

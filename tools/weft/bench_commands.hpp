@@ -1,0 +1,11 @@
+// The `weft bench` subcommands; cmd_bench.cpp registers them under `bench`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace weft_cli {
+
+void add_bench_throughput(CLI::App &bench);
+void add_bench_mixed(CLI::App &bench);
+
+}  // namespace weft_cli

@@ -1,0 +1,85 @@
+#include "bench_common.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include <sys/utsname.h>
+
+#include "model_cache.hpp"
+#include "progress.hpp"
+
+namespace weft_cli::bench {
+
+std::string model_path(const std::string &option) {
+  return option.empty() ? ensure_preset_model("small", 1) : option;
+}
+
+weft::Model load_model(const std::string &path) {
+  ProgressBar bar("loading");
+  auto model = weft::Model::load({.path = path, .on_progress = [&](float f) {
+                                    bar.update(f);
+                                    return true;
+                                  }});
+  bar.finish();
+  return model;
+}
+
+double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(values.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(rank));
+  const auto hi = std::min(lo + 1, values.size() - 1);
+  return values[lo] + (values[hi] - values[lo]) * (rank - static_cast<double>(lo));
+}
+
+std::vector<weft::Token> random_tokens(std::mt19937_64 &rng, std::size_t n, std::int32_t n_vocab, std::int32_t lo) {
+  std::vector<weft::Token> out(n);
+  const auto span = static_cast<std::uint64_t>(n_vocab - lo);
+  for (auto &t : out) t = lo + static_cast<weft::Token>(rng() % span);
+  return out;
+}
+
+double load_average_1min() {
+  std::ifstream in("/proc/loadavg");
+  double v = -1;
+  in >> v;
+  return v;
+}
+
+nlohmann::json machine_info() {
+  std::string cpu;
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  utsname u{};
+  ::uname(&u);
+  return {{"cpu", cpu},
+          {"hardware_threads", std::thread::hardware_concurrency()},
+          {"kernel", fmt::format("{} {}", u.sysname, u.release)},
+          {"load_average_1min", load_average_1min()}};
+}
+
+void write_json(const std::string &path, const nlohmann::json &doc) {
+  std::ofstream out(path);
+  if (out) out << doc.dump(2) << '\n';
+  if (!out) throw weft::Error(weft::Errc::io, fmt::format("cannot write the JSON report to '{}'", path));
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double seconds_since(std::int64_t t0_ns) { return static_cast<double>(now_ns() - t0_ns) * 1e-9; }
+
+}  // namespace weft_cli::bench

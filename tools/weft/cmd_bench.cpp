@@ -1,0 +1,16 @@
+// weft bench: measurements side by side with llama.cpp's own tools.
+// bench/compare.sh runs every subcommand listed by `weft bench --help`
+// against its peer; spill and frame benchmarks join here when they land.
+#include "bench_commands.hpp"
+#include "commands.hpp"
+
+namespace weft_cli {
+
+void add_bench(CLI::App &app) {
+  auto *bench = app.add_subcommand("bench", "Benchmarks comparable with llama-batched-bench and llama-server");
+  bench->require_subcommand(1);
+  add_bench_throughput(*bench);
+  add_bench_mixed(*bench);
+}
+
+}  // namespace weft_cli

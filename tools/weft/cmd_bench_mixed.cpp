@@ -1,0 +1,190 @@
+// weft bench mixed: an open-loop workload of conversations that arrive at a
+// rate, fork a shared system prompt, send a prompt and stream a reply; run on
+// weft and on llama-server (same model, context, batch sizes and slots) by
+// the same driver. Reports time to first token, inter-token latency,
+// end-to-end latency and aggregate tokens/s.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "bench_commands.hpp"
+#include "bench_common.hpp"
+#include "bench_mixed.hpp"
+
+namespace weft_cli {
+namespace {
+
+#ifdef WEFT_LLAMA_TOOLS_DIR
+constexpr const char *kDefaultServer = WEFT_LLAMA_TOOLS_DIR "/llama-server";
+#else
+constexpr const char *kDefaultServer = "";
+#endif
+
+struct Opts {
+  std::string model, json, target = "both";
+  bench::WorkloadParams work;
+  bench::TargetParams engine;
+  double timeout_s = 600;
+  bool quiet = false;
+};
+
+void check(Opts &o, std::uint32_t n_ctx_train) {
+  auto bad = [](const std::string &msg) { throw weft::Error(weft::Errc::invalid_argument, msg); };
+  const auto &w = o.work;
+  auto &e = o.engine;
+  // As llama.cpp does for both engines: a batch never exceeds the context.
+  e.batch = std::min(e.batch, e.ctx);
+  e.ubatch = std::min(e.ubatch, e.batch);
+  if (w.prompt_min > w.prompt_max) bad(fmt::format("--prompt-min {} is above --prompt-max {}", w.prompt_min, w.prompt_max));
+  if (w.output_min > w.output_max) bad(fmt::format("--output-min {} is above --output-max {}", w.output_min, w.output_max));
+  if (e.step_tokens > e.batch) bad(fmt::format("--step-tokens {} is above --batch {}", e.step_tokens, e.batch));
+  if (e.slots + 1 > e.batch) bad(fmt::format("--slots {} needs --batch of at least {}", e.slots, e.slots + 1));
+  const unsigned longest = 1 + w.system_tokens + w.prompt_max + w.output_max;
+  if (longest > e.ctx) {
+    bad(fmt::format("a conversation can reach {} tokens (system {} + prompt {} + output {}), more than --ctx {}",
+                    longest, w.system_tokens, w.prompt_max, w.output_max, e.ctx));
+  }
+  if (e.ctx > n_ctx_train * (e.slots + 1)) {
+    bad(fmt::format("--ctx {} is above the model's training context {} times {} sequences", e.ctx, n_ctx_train,
+                    e.slots + 1));
+  }
+}
+
+void print_row(const nlohmann::json &r) {
+  fmt::print("| {:<12} | {:>5}/{:<3} | {:>7} | {:>7.1f} | {:>8.0f} | {:>8.0f} | {:>7.0f} | {:>7.0f} | {:>7.2f} | "
+             "{:>7.2f} |\n",
+             r["engine"].get<std::string>(), r["completed"].get<int>(), r["conversations"].get<int>(),
+             r["generated_tokens"].get<int>(), r["tokens_per_s"].get<double>(), r["ttft_ms"]["p50"].get<double>(),
+             r["ttft_ms"]["p99"].get<double>(), r["itl_ms"]["p50"].get<double>(), r["itl_ms"]["p99"].get<double>(),
+             r["e2e_s"]["p50"].get<double>(), r["e2e_s"]["p99"].get<double>());
+}
+
+void run(Opts o) {
+  o.engine.model_path = bench::model_path(o.model);
+  auto model = bench::load_model(o.engine.model_path);
+  check(o, static_cast<std::uint32_t>(model.n_ctx_train()));
+  if (o.engine.server_binary.empty()) o.engine.server_binary = kDefaultServer;
+  o.engine.server_banned = bench::invalid_utf8_tokens(model);
+  const auto work = bench::make_workload(o.work, model.n_vocab(), model.bos());
+
+  std::vector<std::string> engines;
+  if (o.target != "server") engines.push_back("weft");
+  if (o.target != "weft") engines.push_back("llama-server");
+  nlohmann::json results = nlohmann::json::array(), settings = nlohmann::json::object();
+  std::string failures;
+  for (const auto &name : engines) {
+    // One engine at a time: the other must not compete for the cores.
+    std::unique_ptr<bench::Target> target =
+        name == "weft" ? bench::make_weft_target(model, o.engine) : bench::make_server_target(o.engine);
+    const auto traces = bench::drive(*target, work, o.engine.slots, o.timeout_s, !o.quiet);
+    settings[name] = target->settings();
+    target.reset();  // stops llama-server before the next engine runs
+    auto r = bench::summarize(name, work, traces);
+    if (!r["errors"].empty()) failures += fmt::format("\n  {}: {}", name, r["errors"].dump());
+    results.push_back(std::move(r));
+  }
+
+  const auto &w = o.work;
+  fmt::print("\nweft bench mixed: {} conversations arriving at {}/s, system prompt {} tokens (shared), prompts {}-{}, "
+             "replies {}-{} tokens; {} slots, ctx {}, batch {}, ubatch {}; weft steps of {} tokens\n\n",
+             w.conversations, w.rate, w.system_tokens, w.prompt_min, w.prompt_max, w.output_min, w.output_max,
+             o.engine.slots, o.engine.ctx, o.engine.batch, o.engine.ubatch, o.engine.step_tokens);
+  fmt::print("| {:<12} | {:>9} | {:>7} | {:>7} | {:>8} | {:>8} | {:>7} | {:>7} | {:>7} | {:>7} |\n", "engine", "done",
+             "gen tok", "tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "E2E p50", "E2E p99");
+  fmt::print("|--------------|-----------|---------|---------|----------|----------|---------|---------|---------|"
+             "---------|\n");
+  for (const auto &r : results) print_row(r);
+  fmt::print("(TTFT and ITL in ms, E2E in s; tok/s = generated tokens / (last reply - first arrival))\n");
+  if (results.size() == 2) {
+    const auto &a = results[0], &b = results[1];
+    fmt::print("weft/llama-server: ITL p99 {:.2f}x, ITL p50 {:.2f}x, TTFT p50 {:.2f}x, tok/s {:.2f}x\n",
+               a["itl_ms"]["p99"].get<double>() / b["itl_ms"]["p99"].get<double>(),
+               a["itl_ms"]["p50"].get<double>() / b["itl_ms"]["p50"].get<double>(),
+               a["ttft_ms"]["p50"].get<double>() / b["ttft_ms"]["p50"].get<double>(),
+               a["tokens_per_s"].get<double>() / b["tokens_per_s"].get<double>());
+  }
+  if (!o.json.empty()) {
+    bench::write_json(o.json, {{"bench", "mixed"},
+                               {"model", o.engine.model_path},
+                               {"model_description", model.description()},
+                               {"workload",
+                                {{"conversations", w.conversations},
+                                 {"rate", w.rate},
+                                 {"system_tokens", w.system_tokens},
+                                 {"prompt_min", w.prompt_min},
+                                 {"prompt_max", w.prompt_max},
+                                 {"output_min", w.output_min},
+                                 {"output_max", w.output_max},
+                                 {"seed", w.seed}}},
+                               {"slots", o.engine.slots},
+                               {"settings", settings},
+                               {"machine", bench::machine_info()},
+                               {"results", results}});
+  }
+  if (!failures.empty()) {
+    throw weft::Error(weft::Errc::backend, fmt::format("some conversations failed:{}", failures));
+  }
+}
+
+}  // namespace
+
+void add_bench_mixed(CLI::App &bench) {
+  auto o = std::make_shared<Opts>();
+  auto *cmd = bench.add_subcommand("mixed", "Open-loop chat workload on weft and on llama-server: TTFT, inter-token "
+                                            "latency, throughput");
+  auto &w = o->work;
+  auto &e = o->engine;
+  cmd->add_option("-m,--model", o->model, "GGUF model (default: the generated small model, made on first use)");
+  cmd->add_option("--target", o->target, "Engines to run")
+      ->check(CLI::IsMember({"weft", "server", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--server", e.server_binary, fmt::format("llama-server binary (default: {})",
+                                                           *kDefaultServer ? kDefaultServer : "none built in"));
+  cmd->add_option("--server-log", e.server_log, "Where llama-server's output goes (default: /tmp/weft-bench-...)");
+  cmd->add_option("--conversations", w.conversations, "Conversations in the workload")
+      ->check(CLI::Range(1u, 100000u))
+      ->capture_default_str();
+  cmd->add_option("--rate", w.rate, "Arrivals per second (Poisson)")
+      ->check(CLI::Range(1e-6, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--system-tokens", w.system_tokens, "Shared system prompt length")->capture_default_str();
+  cmd->add_option("--prompt-min", w.prompt_min, "Shortest user prompt (tokens, uniform)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--prompt-max", w.prompt_max, "Longest user prompt")->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--output-min", w.output_min, "Shortest reply (tokens, uniform)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--output-max", w.output_max, "Longest reply")->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--seed", w.seed, "Seed of arrivals, lengths and tokens")->capture_default_str();
+  cmd->add_option("--slots", e.slots, "Conversations served at once (llama-server --parallel)")
+      ->check(CLI::Range(1u, 255u))
+      ->capture_default_str();
+  cmd->add_option("--ctx", e.ctx, "KV cells, shared by all slots (unified cache on both)")
+      ->check(CLI::Range(16u, 1u << 24))
+      ->capture_default_str();
+  cmd->add_option("--batch", e.batch, "n_batch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  cmd->add_option("--ubatch", e.ubatch, "n_ubatch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  cmd->add_option("--threads", e.threads, "CPU threads (0 = all for weft, llama-server's default for it)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--step-tokens", e.step_tokens, "weft: tokens per step (StepBudget::max_tokens)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-chunk", e.max_chunk, "weft: most prompt tokens per conversation per step (0 = no cap)")
+      ->capture_default_str();
+  cmd->add_option("--timeout", o->timeout_s, "Give up on an engine after this many seconds")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--ready-timeout", e.server_ready_timeout_s, "Seconds llama-server may take to get ready")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
+  cmd->add_flag("-q,--quiet", o->quiet, "No progress line");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace weft_cli
