@@ -59,6 +59,11 @@ function(weft_llama_build src out_prefix)
     -DGGML_NATIVE=${WEFT_NATIVE}
     -DGGML_CUDA=${WEFT_CUDA} -DGGML_VULKAN=${WEFT_VULKAN} -DGGML_METAL=${WEFT_METAL}
     ${WEFT_LLAMA_EXTRA_ARGS})
+  if(WEFT_SANITIZE STREQUAL "thread")
+    # TSan must see every access and every synchronisation: instrument
+    # llama.cpp and ggml, and use ggml's own threadpool (libgomp is opaque to it).
+    list(APPEND args -DLLAMA_SANITIZE_THREAD=ON -DGGML_SANITIZE_THREAD=ON -DGGML_OPENMP=OFF)
+  endif()
   # The key covers everything that changes the binaries.
   set(src_id "")
   if(EXISTS "${src}/.weft-verified")
