@@ -103,10 +103,49 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
     if (params_.top_p < 1.0f) add(llama_sampler_init_top_p(params_.top_p, 1), "top_p");
     if (params_.min_p > 0.0f) add(llama_sampler_init_min_p(params_.min_p, 1), "min_p");
     add(llama_sampler_init_temp(params_.temperature), "temp");
-    // LLAMA_DEFAULT_SEED asks llama.cpp for a random seed; weft promises that a seed is reproducible.
-    add(llama_sampler_init_dist(params_.seed == LLAMA_DEFAULT_SEED ? LLAMA_DEFAULT_SEED - 1 : params_.seed), "dist");
   }
   cur_.resize(static_cast<std::size_t>(m.n_vocab));
+  rng_ = 0x6a09e667f3bcc909ull ^ (static_cast<std::uint64_t>(params_.seed) * 0x9e3779b97f4a7c15ull);
+  journal_keep_ = grammar_ ? 0 : static_cast<std::size_t>(std::max(0, last_n));
+}
+
+namespace {
+
+// splitmix64: one 64-bit word of state, identical everywhere.
+std::uint64_t next_u64(std::uint64_t &s) {
+  std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void Sampler::journal_push(std::int32_t entry) {
+  if (!grammar_ && journal_keep_ == 0) return;  // nothing would read it
+  journal_.push_back(entry);
+  // Trim in chunks so the amortised cost stays O(1) per token.
+  if (journal_keep_ != 0 && journal_.size() > 2 * journal_keep_) {
+    journal_.erase(journal_.begin(), journal_.end() - static_cast<std::ptrdiff_t>(journal_keep_));
+  }
+}
+
+Sampler Sampler::restore(const Model &model, const SamplerParams &params, std::int32_t n_ctx, const State &state) {
+  Sampler s(model, params, n_ctx);
+  try {
+    for (std::int32_t e : state.journal) {
+      if (e >= 0) {
+        s.accept(e);
+      } else {
+        const Token t = -(e + 1);
+        s.accept_prompt(std::span<const Token>(&t, 1));
+      }
+    }
+  } catch (const Error &err) {
+    fail(Errc::corrupt, fmt::format("sampler state does not replay: {}", err.what()));
+  }
+  s.rng_ = state.rng;
+  return s;
 }
 
 Sampler::Sampler(Model model, SamplerParams params, Ptr grammar, Ptr chain)
@@ -125,7 +164,11 @@ Sampler Sampler::clone() const {
     if (grammar_) grammar.reset(checked(llama_sampler_clone(grammar_.get()), "grammar clone"));
     chain.reset(checked(llama_sampler_clone(chain_.get()), "chain clone"));
   });
-  return Sampler(model_, params_, std::move(grammar), std::move(chain));
+  Sampler out(model_, params_, std::move(grammar), std::move(chain));
+  out.rng_ = rng_;
+  out.journal_ = journal_;
+  out.journal_keep_ = journal_keep_;
+  return out;
 }
 
 Token Sampler::sample(std::span<const float> logits) {
@@ -152,6 +195,24 @@ Token Sampler::sample(std::span<const float> logits) {
     }
   }
   guarded("sampling", [&] { llama_sampler_apply(chain_.get(), &arr); });
+  if (params_.temperature != 0.0f) {
+    // Softmax over what the stages left, then one draw.
+    float top = -INFINITY;
+    for (std::size_t i = 0; i < arr.size; ++i) top = std::max(top, arr.data[i].logit);
+    double total = 0;
+    for (std::size_t i = 0; i < arr.size; ++i) {
+      total += arr.data[i].logit > -INFINITY ? std::exp(static_cast<double>(arr.data[i].logit - top)) : 0.0;
+    }
+    const double u = static_cast<double>(next_u64(rng_) >> 11) * 0x1.0p-53 * total;
+    double acc = 0;
+    arr.selected = -1;
+    for (std::size_t i = 0; i < arr.size; ++i) {
+      if (!(arr.data[i].logit > -INFINITY)) continue;
+      acc += std::exp(static_cast<double>(arr.data[i].logit - top));
+      arr.selected = static_cast<int64_t>(i);
+      if (u < acc) break;
+    }
+  }
   if (arr.selected < 0 || static_cast<std::size_t>(arr.selected) >= arr.size) {
     fail(Errc::backend, fmt::format("llama.cpp selected candidate {} of {}", arr.selected, arr.size));
   }
@@ -179,6 +240,7 @@ void Sampler::accept(Token token) {
     guarded("grammar accept", [&] { llama_sampler_accept(grammar_.get(), token); });
   }
   guarded("sampler accept", [&] { llama_sampler_accept(chain_.get(), token); });
+  journal_push(token);
 }
 
 void Sampler::accept_prompt(std::span<const Token> tokens) {
@@ -187,6 +249,7 @@ void Sampler::accept_prompt(std::span<const Token> tokens) {
   guarded("penalty accept", [&] {
     for (Token t : tokens) llama_sampler_accept(penalties, t);
   });
+  for (Token t : tokens) journal_push(-(t + 1));
 }
 
 // ---- TextStream ----

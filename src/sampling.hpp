@@ -73,6 +73,20 @@ class Sampler {
 
   const SamplerParams &params() const noexcept { return params_; }
 
+  // Everything needed to rebuild this sampler elsewhere (a state file): the
+  // RNG position and the journal of accepted tokens that the penalties and
+  // the grammar were fed (prompt-only tokens as -(t + 1)). Without a grammar
+  // the journal keeps only what the penalty window can still see.
+  struct State {
+    std::uint64_t rng = 0;
+    std::vector<std::int32_t> journal;
+  };
+  State state() const { return {rng_, journal_}; }
+  // A sampler with `params` whose penalties, grammar and RNG are as `state`
+  // left them. Throws Errc::corrupt when the journal does not replay (a
+  // token the grammar refuses, an id outside the vocabulary).
+  static Sampler restore(const Model &model, const SamplerParams &params, std::int32_t n_ctx, const State &state);
+
  private:
   struct Free {
     void operator()(llama_sampler *s) const noexcept;
@@ -84,8 +98,14 @@ class Sampler {
   Model model_;
   SamplerParams params_;
   Ptr grammar_;  // null without a grammar; kept apart so sample() can tell why nothing is left
-  Ptr chain_;    // penalties ... selector
+  Ptr chain_;    // penalties ... temperature; weft selects (greedy or its own RNG)
   std::vector<llama_token_data> cur_;  // n_vocab candidates, reused by every sample()
+  // weft draws from the final distribution itself so the RNG state is one
+  // serialisable number (llama.cpp's dist sampler hides its engine).
+  std::uint64_t rng_ = 0;
+  std::vector<std::int32_t> journal_;
+  std::size_t journal_keep_ = 0;  // 0 = keep all (a grammar needs the whole history)
+  void journal_push(std::int32_t entry);
 };
 
 // Incremental, UTF-8-safe text for streaming generated tokens, with stop
