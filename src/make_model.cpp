@@ -18,9 +18,7 @@
 #include <string>
 #include <vector>
 
-#include <fcntl.h>
-#include <unistd.h>
-
+#include "file_io.hpp"
 #include "internal.hpp"
 #include "weft/make_model.hpp"
 
@@ -152,45 +150,6 @@ std::vector<TensorSpec> tensor_list(const ModelShape &s, int64_t n_vocab) {
   return t;
 }
 
-// A file descriptor that removes its temp file unless committed.
-class TempFile {
- public:
-  explicit TempFile(std::string final_path) : final_(std::move(final_path)) {
-    tmp_ = final_ + fmt::format(".tmp.{}", static_cast<long>(::getpid()));
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      detail::fail(Errc::io, fmt::format("cannot create '{}': {}", tmp_, std::strerror(errno)));
-    }
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  void write(const void *data, std::size_t n) {
-    auto p = static_cast<const char *>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) detail::fail(Errc::io, fmt::format("writing '{}' failed: {}", tmp_, std::strerror(errno)));
-      p += w;
-      n -= static_cast<std::size_t>(w);
-    }
-  }
-  void commit() {
-    if (::fsync(fd_) != 0) detail::fail(Errc::io, fmt::format("fsync '{}' failed: {}", tmp_, std::strerror(errno)));
-    ::close(fd_);
-    fd_ = -1;
-    if (::rename(tmp_.c_str(), final_.c_str()) != 0) {
-      detail::fail(Errc::io, fmt::format("rename '{}' -> '{}' failed: {}", tmp_, final_, std::strerror(errno)));
-    }
-    committed_ = true;
-  }
-
- private:
-  std::string final_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 }  // namespace
 
@@ -298,7 +257,7 @@ void make_model(const MakeModelParams &params) {
     total_bytes += ggml_nbytes(t);
   }
 
-  TempFile file(params.out);
+  detail::TempFile file(params.out);
   std::vector<char> header(gguf_get_meta_size(g));
   gguf_get_meta_data(g, header.data());
   file.write(header.data(), header.size());

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include "common.hpp"
 
@@ -64,14 +67,23 @@ TEST(MakeModel, UnwritableOutputIsAnIoErrorAndLeavesNothing) {
 }
 
 TEST(MakeModel, DiskFullLeavesNoPartialFile) {
-  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
-  // Writing into /dev/full fails with ENOSPC; rename onto it is refused too,
-  // so use a directory whose temp file is /dev/full via a symlink.
+  // A file-size limit makes write() fail as a full disk would (EFBIG).
   auto dir = weft_test::temp_dir("full");
   const auto out = dir / "m.gguf";
-  std::filesystem::create_symlink("/dev/full", out.string() + ".tmp." + std::to_string(::getpid()));
-  EXPECT_TRUE(throws_weft([&] { make(dir, "m.gguf", 1); }, weft::Errc::io, "No space"));
-  EXPECT_FALSE(std::filesystem::exists(out));
+  weft_test::write_file(out, std::string_view("previous model"));
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto prev_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 1 << 20;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const bool threw = throws_weft([&] { make(dir, "m.gguf", 1); }, weft::Errc::io, "writing");
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, prev_handler);
+  EXPECT_TRUE(threw);
+  // The previous file is intact and no temp file is left.
+  EXPECT_EQ(weft_test::read_file(out).size(), std::string_view("previous model").size());
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
 }
 
 TEST(MakeModel, BadVocabularyAndNamesAreTypedErrors) {

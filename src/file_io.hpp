@@ -1,0 +1,36 @@
+// Files written atomically and read with a size bound. Internal.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace weft::detail {
+
+// Writes to `<path>.tmp.<pid>`, then fsync and rename on commit(), so a
+// crash or a failed write never leaves a partial file at `path` (the previous
+// file, if any, stays intact). Unlinks the temp file unless committed.
+// Throws Errc::io naming the path and the system's reason.
+class TempFile {
+ public:
+  explicit TempFile(std::string final_path);
+  ~TempFile();
+  TempFile(const TempFile &) = delete;
+  TempFile &operator=(const TempFile &) = delete;
+  void write(const void *data, std::size_t n);
+  void commit();
+
+ private:
+  std::string final_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Writes `bytes` to `path` atomically (TempFile).
+void write_file_atomic(const std::string &path, std::span<const std::uint8_t> bytes);
+// Reads a whole file; Errc::not_found if missing, Errc::out_of_range if it is
+// larger than `max_bytes`, Errc::io on a read error.
+std::vector<std::uint8_t> read_file(const std::string &path, std::uint64_t max_bytes);
+
+}  // namespace weft::detail
