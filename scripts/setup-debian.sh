@@ -4,7 +4,10 @@
 set -eu
 
 pkgs="build-essential cmake ninja-build ccache git pkg-config ca-certificates
-      libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev"
+      libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
+      mono-mcs mono-runtime"
+# mono-mcs/mono-runtime: the C# binding is compiled and tested under Mono,
+# the runtime Unity embeds (bindings/csharp).
 # npm fetches the pinned llama.cpp; any npm on PATH will do.
 command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
 

@@ -1,5 +1,6 @@
 # The C ABI's tests (included from tests/CMakeLists.txt): the C program
-# against libweft.so, the header as strict C99, the export check.
+# against libweft.so, the header as strict C99, the export check, and the
+# C# binding under Mono (bindings/csharp).
 
 find_package(Threads REQUIRED)
 add_executable(c_api_test c_api_test.c c_api_header_c99.c)
@@ -22,3 +23,5 @@ set_tests_properties(c_api PROPERTIES FIXTURES_REQUIRED models TIMEOUT 300)
 add_test(NAME c_api_exports
   COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:weft_shared> -DHEADER=${PROJECT_SOURCE_DIR}/include/weft/weft.h
           -DSANITIZE=${WEFT_SANITIZE} -P ${CMAKE_CURRENT_SOURCE_DIR}/c_api_exports.cmake)
+
+add_subdirectory(${PROJECT_SOURCE_DIR}/bindings/csharp ${PROJECT_BINARY_DIR}/bindings/csharp)

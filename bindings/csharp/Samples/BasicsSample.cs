@@ -1,0 +1,181 @@
+// The binding's contract: models and tokens, errors as WeftException with a
+// Code, what disposal does, the pressure and log callbacks, many threads.
+using System;
+using System.Collections.Generic;
+using System.Text;
+using System.Threading;
+using Weft;
+
+namespace Weft.Samples
+{
+    internal static class BasicsSample
+    {
+        public static void Run(string modelPath)
+        {
+            var logLines = new List<string>();
+            Library.SetLogCallback((level, line) => { lock (logLines) logLines.Add(level + ": " + line); }, LogLevel.Info);
+            using (var model = Model.Load(modelPath))
+            {
+                Library.SetLogCallback(null);
+                lock (logLines) Check.True(logLines.Count > 0, "llama.cpp's load log reached the C# sink");
+                Console.WriteLine("  " + model.Description + ", " + model.VocabSize + " tokens, " + logLines.Count + " log lines");
+
+                var info = model.Info;
+                Check.Equal(32000, info.VocabSize, "vocabulary");
+                Check.Equal(2, info.LayerCount, "layers");
+                Check.Equal("llama", model.Meta("general.architecture"), "architecture");
+                Check.SameTokens(new[] { 1, 15043, 3186 }, model.Tokenize("Hello world", addBos: true), "tokenize");
+                Check.True(model.Detokenize(new[] { 15043, 3186 }).Contains("Hello world"), "detokenize");
+                Check.Equal(" Hello", Encoding.UTF8.GetString(model.TokenPiece(15043)), "token piece");
+                Check.True(model.IsEndOfGeneration(info.Eos), "EOS ends a generation");
+
+                Errors(model, modelPath);
+                Pressure(model);
+                ManyThreads(model);
+            }
+        }
+
+        private static ExecutorParams Small(int ctx = 512, int seqs = 4)
+        {
+            return new ExecutorParams { ContextSize = ctx, BatchSize = 64, MaxSequences = seqs, Threads = 2 };
+        }
+
+        private static void Errors(Model model, string modelPath)
+        {
+            Check.Throws(Status.NotFound, "/nonexistent.gguf", () => Model.Load("/nonexistent.gguf"), "missing model");
+            Check.Throws(Status.Cancelled, "cancelled", () => Model.Load(modelPath,
+                new ModelParams { UseMmap = false, OnProgress = p => false }), "load cancelled by progress");
+            Check.Throws(Status.InvalidArgument, "n_batch = 2",
+                () => new Executor(model, new ExecutorParams { BatchSize = 2, MaxSequences = 4 }), "bad executor params");
+            Check.Throws(Status.InvalidArgument, "not valid UTF-8: byte 1",
+                () => model.TokenizeUtf8(new byte[] { 0x41, 0xC3 }), "truncated UTF-8");
+
+            var ex = new Executor(model, Small());
+            var c = ex.CreateConversation();
+            Check.Throws(Status.OutOfRange, "cannot rewind 5 tokens, it has 0", () => c.Rewind(5), "rewind past the start");
+            Check.Throws(Status.InvalidArgument, "no logits yet", () => c.GetLogits(), "logits before any decode");
+            Check.Throws(Status.InvalidArgument, "not valid UTF-8", () => c.PromptUtf8(new byte[] { 0xFF, 0x41 }), "invalid UTF-8 prompt");
+            Check.Throws(Status.InvalidArgument, "is empty", () => c.Generate(), "generate on an empty conversation");
+            Check.Throws(Status.OutOfRange, "40000", () => c.Prompt(new[] { 40000 }), "token outside the vocabulary");
+            Check.Throws(Status.InvalidArgument, "temperature",
+                () => c.SetSampler(new SamplerParams { Temperature = -1 }), "bad sampler");
+            Check.Throws(Status.InvalidArgument, "max_tokens = 0",
+                () => { c.Prompt("x"); c.Generate(new GenerateParams { MaxTokens = 0 }); }, "max_tokens 0");
+            Check.Throws(Status.InvalidArgument, "stop string",
+                () => c.Generate(new GenerateParams { Stop = new[] { "" } }), "empty stop string");
+            var budget = new StepBudget { MaxTokens = 65 };
+            Check.Throws(Status.InvalidArgument, "max_tokens = 65", () => ex.Step(budget), "budget past n_batch");
+            Check.True(c.Error == null, "no step error");
+
+            // Use after Dispose: the SafeHandle refuses it before weft sees it.
+            var d = ex.CreateConversation();
+            d.Dispose();
+            Check.Throws<ObjectDisposedException>(() => { var n = d.TokenCount; }, "use after Dispose");
+
+            // The executor goes first: its conversations say Disposed, a
+            // generation stays readable (cancelled).
+            c.Prompt("Hello", addBos: true);
+            var g = c.Generate(new GenerateParams { MaxTokens = 50 });
+            ex.Step();
+            ex.Dispose();
+            Check.Throws(Status.Disposed, "executor was destroyed", () => c.Prompt("more"), "prompt after executor disposed");
+            Check.True(c.IsDisposed, "conversation disposed with its executor");
+            Check.True(g.Wait(TimeSpan.FromSeconds(1)), "generation done");
+            Check.Equal(FinishReason.Cancelled, g.Reason, "generation cancelled with its executor");
+            Check.True(g.TokenCount <= 2, "at most the tokens of one step");
+            g.Dispose();
+            c.Dispose();
+        }
+
+        // PressurePolicy.Callback: the callback gets a borrowed conversation
+        // and disposes another to make room.
+        private static void Pressure(Model model)
+        {
+            Conversation victim = null;
+            ulong seenId = 0;
+            int calls = 0, needed = 0, free = 0;
+            var p = Small(256, 4);
+            p.BatchSize = 256;
+            p.Pressure = PressurePolicy.Callback;
+            p.OnPressure = info =>
+            {
+                ++calls;
+                seenId = info.Conversation.Id;
+                needed = info.NeededCells;
+                free = info.FreeCells;
+                victim.Dispose();
+            };
+            using (var ex = new Executor(model, p))
+            using (var big = ex.CreateConversation())
+            using (var small = ex.CreateConversation())
+            {
+                victim = big;
+                var tokens = new int[200];
+                for (int i = 0; i < tokens.Length; ++i) tokens[i] = 100 + i;
+                big.Prompt(tokens);
+                while (!ex.Step().Idle) { }
+                small.Prompt(new ArraySegment<int>(tokens, 0, 100).ToArrayCopy());
+                while (!ex.Step().Idle) { }
+                Check.Equal(1, calls, "pressure callback calls");
+                Check.Equal(small.Id, seenId, "the conversation that needed room");
+                Check.Equal(100, needed, "cells needed");
+                Check.Equal(56, free, "cells free");
+                Check.Equal(100, small.DecodedCount, "decoded after the callback made room");
+            }
+        }
+
+        // Eight threads tokenize and prompt at once while a ninth steps.
+        private static void ManyThreads(Model model)
+        {
+            using (var ex = new Executor(model, Small(2048, 16)))
+            {
+                var errors = new List<string>();
+                var stop = false;
+                var stepper = new Thread(() =>
+                {
+                    try { while (!Volatile.Read(ref stop)) if (ex.Step().Idle) Thread.Sleep(1); }
+                    catch (Exception e) { lock (errors) errors.Add(e.ToString()); }
+                });
+                stepper.Start();
+                var threads = new List<Thread>();
+                for (int t = 0; t < 8; ++t)
+                {
+                    int id = t;
+                    var th = new Thread(() =>
+                    {
+                        try
+                        {
+                            var text = "Thread " + id + " says hello";
+                            var tokens = model.Tokenize(text, addBos: true);
+                            using (var c = ex.CreateConversation())
+                            {
+                                c.Prompt(tokens);
+                                var deadline = DateTime.UtcNow.AddSeconds(60);
+                                while (!c.HasLogits && DateTime.UtcNow < deadline) Thread.Sleep(1);
+                                if (!c.HasLogits || c.DecodedCount != tokens.Length)
+                                    lock (errors) errors.Add("thread " + id + ": not decoded");
+                                if (!model.Detokenize(tokens, removeSpecial: true).Contains(text))
+                                    lock (errors) errors.Add("thread " + id + ": round trip");
+                            }
+                        }
+                        catch (Exception e) { lock (errors) errors.Add(e.ToString()); }
+                    });
+                    threads.Add(th);
+                    th.Start();
+                }
+                foreach (var th in threads) th.Join();
+                Volatile.Write(ref stop, true);
+                stepper.Join();
+                Check.True(errors.Count == 0, "threads: " + string.Join("; ", errors));
+                Check.Equal(0, ex.Stats.Conversations, "every thread's conversation disposed");
+            }
+        }
+
+        private static int[] ToArrayCopy(this ArraySegment<int> s)
+        {
+            var a = new int[s.Count];
+            Array.Copy(s.Array, s.Offset, a, 0, s.Count);
+            return a;
+        }
+    }
+}

@@ -1,0 +1,54 @@
+// The samples, run one after another on a model file:
+//   mono WeftSamples.exe <model.gguf> [sample-name]
+// Exit code 0 only when every check passed (CTest `csharp_mono`).
+using System;
+using System.Diagnostics;
+
+namespace Weft.Samples
+{
+    internal static class Program
+    {
+        private static int Main(string[] args)
+        {
+            if (args.Length < 1)
+            {
+                Console.Error.WriteLine("usage: mono WeftSamples.exe <model.gguf> [sample-name]");
+                return 2;
+            }
+            Console.WriteLine("weft " + Library.Version + " on llama.cpp " + Library.LlamaVersion);
+            var samples = new Tuple<string, Action<string>>[]
+            {
+                Tuple.Create<string, Action<string>>("basics", BasicsSample.Run),
+                Tuple.Create<string, Action<string>>("fork", ForkSample.Run),
+                Tuple.Create<string, Action<string>>("rewind", RewindSample.Run),
+                Tuple.Create<string, Action<string>>("game_loop", GameLoopSample.Run),
+                Tuple.Create<string, Action<string>>("threaded_callbacks", ThreadedCallbacksSample.Run),
+            };
+            int ran = 0;
+            foreach (var s in samples)
+            {
+                if (args.Length > 1 && !s.Item1.Contains(args[1])) continue;
+                var before = Check.Failures;
+                var clock = Stopwatch.StartNew();
+                Console.WriteLine("== " + s.Item1);
+                try
+                {
+                    s.Item2(args[0]);
+                }
+                catch (Exception e)
+                {
+                    Check.True(false, "unexpected " + e);
+                }
+                Console.WriteLine("[" + (Check.Failures == before ? "  OK  " : "FAILED") + "] " + s.Item1 + " (" +
+                                  clock.Elapsed.TotalSeconds.ToString("F2") + " s)");
+                ++ran;
+            }
+            // Finalizers free what a sample forgot; run them before exit so a
+            // crash there shows up here, not never.
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+            Console.WriteLine(ran + " samples, " + Check.Failures + " failed checks");
+            return Check.Failures == 0 && ran > 0 ? 0 : 1;
+        }
+    }
+}
