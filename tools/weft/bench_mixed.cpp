@@ -258,9 +258,19 @@ class WeftTarget final : public Target {
   }
 
   nlohmann::json settings() const override {
-    return {{"n_ctx", ex_.stats().n_ctx},   {"n_batch", p_.batch},       {"n_ubatch", p_.ubatch},
-            {"n_seq_max", p_.slots + 1},     {"step_tokens", p_.step_tokens}, {"max_prompt_chunk", p_.max_chunk},
-            {"n_threads", p_.threads}};
+    const auto s = ex_.stats();
+    return {{"n_ctx", s.n_ctx},
+            {"n_batch", p_.batch},
+            {"n_ubatch", p_.ubatch},
+            {"n_seq_max", p_.slots + 1},
+            {"step_tokens", p_.step_tokens},
+            {"max_prompt_chunk", p_.max_chunk},
+            {"n_threads", p_.threads},
+            // Over the last 1024 steps: what the ITL percentiles are made of.
+            {"steps", s.steps},
+            {"step_ms_p50", s.step_ms_p50},
+            {"step_ms_p99", s.step_ms_p99},
+            {"decode_ms_p50", s.decode_ms_p50}};
   }
 
  private:

@@ -27,9 +27,10 @@ struct Workload {
 };
 
 struct WorkloadParams {
-  unsigned conversations = 24, system_tokens = 256;
-  double rate = 0.5;  // arrivals per second (Poisson)
-  unsigned prompt_min = 32, prompt_max = 768, output_min = 32, output_max = 128;
+  // Sized to keep a 2-core machine busy but not saturated, for about a minute.
+  unsigned conversations = 20, system_tokens = 256;
+  double rate = 0.4;  // arrivals per second (Poisson)
+  unsigned prompt_min = 32, prompt_max = 384, output_min = 16, output_max = 64;
   unsigned seed = 1;
 };
 
