@@ -114,17 +114,34 @@ Conversation Conversation::fork() {
   return detail::with_conv_kv(handle_, [&](ExecutorCore &x, Conv &c) {
     auto child = std::make_unique<Conv>();
     child->id = x.next_id++;
-    if (c.n_decoded() > 0) {
+    child->history = c.history;
+    if (c.seq >= 0 && c.n_decoded() > 0) {
+      // Share the decoded prefix in the cache; without a free slot, park an
+      // idle conversation, else start the child parked with a copy.
       if (x.free_seqs.empty()) {
-        detail::fail(Errc::out_of_range, fmt::format("cannot fork conversation {}: all {} sequence slots are in use",
-                                                     c.id, x.params.n_seq_max));
+        if (Conv *v = x.pick_victim_locked(c, true)) x.park_locked(*v);
       }
-      child->seq = x.free_seqs.back();
-      x.free_seqs.pop_back();
-      llama_memory_seq_cp(llama_get_memory(x.ctx), c.seq, child->seq, -1, -1);
-      x.ledger.retain(c.cells);
-      child->cells = c.cells;
-      child->history = c.history;
+      if (!x.free_seqs.empty()) {
+        child->seq = x.free_seqs.back();
+        x.free_seqs.pop_back();
+        llama_memory_seq_cp(llama_get_memory(x.ctx), c.seq, child->seq, -1, -1);
+        x.ledger.retain(c.cells);
+        child->cells = c.cells;
+      } else {
+        const std::size_t size = llama_state_seq_get_size_ext(x.ctx, c.seq, 0);
+        std::vector<std::uint8_t> bytes(size);
+        if (size > 0 && llama_state_seq_get_data_ext(x.ctx, bytes.data(), size, c.seq, 0) == size) {
+          child->parked = x.store.put(std::move(bytes), child->id);
+        }
+        child->parked_n = c.n_decoded();
+        child->where = child->parked ? (child->parked->tier() == detail::Tier::ram ? Residency::ram : Residency::disk)
+                                     : Residency::recompute;
+      }
+    } else if (c.n_decoded() > 0) {
+      // A parked source: the child shares its parked data (never stored twice).
+      child->parked = c.parked;
+      child->parked_n = c.parked_n;
+      child->where = c.where;
     }
     child->queue.assign(c.queue.begin() + static_cast<std::ptrdiff_t>(c.queue_head), c.queue.end());
     child->logits = c.logits;
@@ -174,6 +191,15 @@ void Conversation::remove(std::uint32_t p0, std::uint32_t p1) {
     }
     if (p0 == p1) return;
     x.finish_generation_locked(c, FinishReason::cancelled);
+    if (c.seq < 0) {
+      // Parked: drop the tokens; it is decoded again from them when it runs.
+      c.history.erase(c.history.begin() + p0, c.history.begin() + p1);
+      c.has_logits = false;
+      x.to_recompute_locked(c);
+      x.ensure_logits_locked(c);
+      x.notify_work_locked();
+      return;
+    }
     const auto tail = std::span(c.cells).subspan(p1);
     const bool shiftable =
         x.can_shift && std::none_of(tail.begin(), tail.end(), [&](std::uint32_t cell) { return x.ledger.shared(cell); });

@@ -88,7 +88,11 @@ double percentile(std::vector<float> v, double q) {
 
 }  // namespace
 
-ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p) : model(std::move(m)), params(p), ledger(0) {
+ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
+    : model(std::move(m)),
+      params(p),
+      ledger(0),
+      store({.ram_bytes = p.spill.ram_bytes, .disk_dir = p.spill.disk_dir, .disk_bytes = p.spill.disk_bytes}) {
   ensure_backend();
   validate(model, params);
   if (params.n_ubatch == 0) params.n_ubatch = params.n_batch;
@@ -157,6 +161,16 @@ Sampler &ExecutorCore::sampler_of(Conv &c) {
 
 void ExecutorCore::release_kv_from(Conv &c, std::uint32_t pos) {
   if (pos >= c.history.size()) return;
+  if (c.seq < 0) {
+    // Parked: the blob keeps its positions; restore trims to the history.
+    c.history.resize(pos);
+    c.has_logits = false;
+    if (pos == 0) {
+      c.parked.reset();
+      c.where = Residency::resident;
+    }
+    return;
+  }
   llama_memory_seq_rm(llama_get_memory(ctx), c.seq, static_cast<llama_pos>(pos), -1);
   ledger.release(std::span(c.cells).subspan(pos));
   c.cells.resize(pos);
@@ -175,6 +189,7 @@ void ExecutorCore::ensure_logits_locked(Conv &c) {
 
 void ExecutorCore::dispose_locked(Conv &c) {
   finish_generation_locked(c, FinishReason::cancelled);
+  c.parked.reset();
   if (c.seq >= 0) {
     release_kv_from(c, 0);
     llama_memory_seq_rm(llama_get_memory(ctx), c.seq, -1, -1);
@@ -243,6 +258,21 @@ ExecutorStats Executor::stats() const {
   s.worker_running = c.worker.joinable();
   s.predicted_ms_per_token = c.cost.predict(1, 0) * 1e3;
   s.cost_model_samples = c.cost.samples();
+  for (auto &[id, conv] : c.convs) {
+    switch (conv->where) {
+      case Residency::resident: ++s.resident; break;
+      case Residency::ram: ++s.parked_ram; break;
+      case Residency::disk: ++s.parked_disk; break;
+      case Residency::recompute: ++s.parked_recompute; break;
+    }
+  }
+  s.ram_bytes = c.store.counters().ram_bytes;
+  s.disk_bytes = c.store.counters().disk_bytes;
+  s.parks = c.parks;
+  s.restores = c.restores;
+  s.recomputes = c.recomputes;
+  s.park_ms = c.park_s * 1e3;
+  s.restore_ms = c.restore_s * 1e3;
   s.step_ms_p50 = detail::percentile(c.step_ms, 0.5);
   s.step_ms_p99 = detail::percentile(c.step_ms, 0.99);
   s.decode_ms_p50 = detail::percentile(c.decode_ms, 0.5);

@@ -24,6 +24,7 @@
 #include "kv_ledger.hpp"
 #include "sampling.hpp"
 #include "scheduler.hpp"
+#include "spill_store.hpp"
 #include "weft/executor.hpp"
 
 struct llama_context;
@@ -71,6 +72,16 @@ struct Conv {
   std::optional<Error> error;
   std::weak_ptr<struct ConvHandle> handle;  // the user's handles, if any left
 
+  // Residency. Parked: no slot, no cells; the KV data of the first
+  // `parked_n` positions is in `parked` (recompute: history moved to queue).
+  Residency where = Residency::resident;
+  std::shared_ptr<ParkedKv> parked;
+  std::uint32_t parked_n = 0;
+  bool prefetch = false;
+  std::uint64_t pinned_step = 0;      // made resident in this step: not a victim
+  std::uint64_t resident_since = 0;   // step it last became resident
+  std::uint64_t waiting_since = 0;    // step it started waiting for residency (0 = not)
+
   std::uint32_t n_queued() const { return static_cast<std::uint32_t>(queue.size() - queue_head); }
   std::uint32_t n_decoded() const { return static_cast<std::uint32_t>(history.size()); }
 };
@@ -101,6 +112,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   bool closed = false;  // the Executor object is gone
 
   KvLedger ledger;
+  SpillStore store;
+  std::uint64_t parks = 0, restores = 0, recomputes = 0;
+  double park_s = 0, restore_s = 0;
   std::unordered_map<std::uint64_t, std::unique_ptr<Conv>> convs;
   std::vector<int> free_seqs;
   std::uint64_t next_id = 1;
@@ -171,6 +185,14 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   Sampler &sampler_of(Conv &c);
   void release_kv_from(Conv &c, std::uint32_t pos);  // seq_rm + ledger, keeps the slot
   void ensure_logits_locked(Conv &c);
+
+  // Residency (src/residency.cpp).
+  bool park_locked(Conv &c);                 // false: no tier could take it
+  void to_recompute_locked(Conv &c);         // drop KV, keep tokens
+  bool restore_locked(Conv &c);              // needs a free slot and cells
+  Conv *pick_victim_locked(const Conv &for_whom, bool idle_only);
+  void make_resident_locked(std::uint32_t token_budget);  // before planning
+  std::uint32_t idle_cells_locked(const Conv *except) const;  // parkable cells
 
   StepResult step(const StepBudget &budget);
   // Decodes the planned segments (mu held on entry and exit, released

@@ -16,6 +16,9 @@ void ensure_backend();
 // The last error line llama.cpp logged on this thread (for error messages).
 std::string take_llama_error();
 
+// A warning line through the user's log sink (weft's own messages).
+void log_warning(const std::string &line);
+
 // Formats with fmt and throws Error(code, message).
 [[noreturn]] void fail(Errc code, const std::string &message);
 

@@ -88,6 +88,8 @@ void ensure_backend() {
   });
 }
 
+void log_warning(const std::string &line) { emit(LogLevel::warn, line); }
+
 std::string take_llama_error() {
   std::string out;
   out.swap(t_last_error);

@@ -131,6 +131,13 @@ class TextStream {
   std::string flush();
   // Everything released so far plus what is held back, cut at the stop string.
   const std::string &text() const noexcept { return text_; }
+  // Bytes of text() already released; with text() and the stop strings, all
+  // a state file needs to rebuild the stream (restore()).
+  std::size_t released() const noexcept { return released_; }
+  void restore(std::string text, std::size_t released) {
+    text_ = std::move(text);
+    released_ = std::min(released, text_.size());
+  }
 
  private:
   std::vector<std::string> stops_;

@@ -47,6 +47,7 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
   ++steps;
   sample_phase_locked(result);
 
+  make_resident_locked(budget.max_tokens.value_or(params.n_batch));
   for (int attempt = 0;; ++attempt) {
     candidates.clear();
     plan_convs.clear();
@@ -55,6 +56,10 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
     for (auto &[id, cp] : convs) {
       Conv &c = *cp;
       if (c.n_queued() == 0 || c.error) continue;
+      if (c.where != Residency::resident) {
+        ++no_slot;  // parked: waits for a slot or cells
+        continue;
+      }
       if (c.seq < 0) {
         if (free_seqs.empty()) {
           ++no_slot;

@@ -171,10 +171,17 @@ TEST(ExecutorOps, ShiftLeftMovesPositionsAndFreesCells) {
   EXPECT_EQ(llama_memory_seq_pos_max(mem, seq), 42);
 }
 
+// Pressure policies apply to what parking cannot solve: these run with no
+// parking tier, so the policy itself is exercised.
+weft::ExecutorParams no_spill(weft::ExecutorParams p) {
+  p.spill = {.ram_bytes = 0, .recompute = false};
+  return p;
+}
+
 TEST(ExecutorOps, PressureWaitThenProceeds) {
   const auto &m = weft_test::tiny();
   std::mt19937 rng(5);
-  weft::Executor ex(m, params(256, 4));
+  weft::Executor ex(m, no_spill(params(256, 4)));
   const auto n_ctx = ex.stats().n_ctx;
   auto big = ex.create();
   big.prompt(random_tokens(rng, m, static_cast<int>(n_ctx) - 10, true));
@@ -198,7 +205,7 @@ TEST(ExecutorOps, PressureWaitThenProceeds) {
 TEST(ExecutorOps, PressureFailRefusesUpFront) {
   const auto &m = weft_test::tiny();
   std::mt19937 rng(6);
-  auto p = params(256, 4);
+  auto p = no_spill(params(256, 4));
   p.pressure = weft::PressurePolicy::fail;
   weft::Executor ex(m, p);
   const auto n_ctx = ex.stats().n_ctx;
@@ -218,7 +225,7 @@ TEST(ExecutorOps, PressureCallbackCanFreeRoom) {
   std::mt19937 rng(7);
   std::vector<weft::Conversation> victims;
   int calls = 0;
-  auto p = params(256, 4);
+  auto p = no_spill(params(256, 4));
   p.pressure = weft::PressurePolicy::callback;
   p.on_pressure = [&](const weft::PressureInfo &info) {
     ++calls;

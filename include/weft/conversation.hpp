@@ -32,6 +32,15 @@
 
 namespace weft {
 
+enum class Residency {
+  resident,   // holds a sequence slot and its KV cells (or has nothing decoded)
+  ram,        // parked: KV data in RAM
+  disk,       // parked: KV data in a spill file
+  recompute,  // parked: tokens only; decoded again when it next runs
+};
+
+WEFT_API const char *residency_name(Residency r) noexcept;
+
 struct PromptOptions {
   // Prepend BOS. Default false: weft never adds BOS on its own, so text sent
   // mid-conversation stays BOS-free. Set it on a conversation's first prompt.
@@ -68,7 +77,9 @@ class WEFT_API Conversation {
 
   // A new conversation with the same history, queued input, logits and
   // sampler state. The decoded prefix is shared in the KV cache (no copy, no
-  // re-decode). Throws Errc::out_of_range when no sequence slot is free.
+  // re-decode). Without a free slot an idle conversation is parked to make
+  // one; failing that the child starts parked with a copy of the KV data.
+  // A parked source's child shares its parked data.
   Conversation fork();
 
   // Drops the last n tokens (queued ones first, then decoded ones). Logits
@@ -123,6 +134,23 @@ class WEFT_API Conversation {
 
   // The running generation, if any.
   std::optional<Generation> generation() const;
+
+  // The conversation's state as bytes (docs/STATE_FORMAT.md): history,
+  // queued input, logits, sampler state, a running generation, KV data. Load
+  // it with Executor::load into any executor of the same model. Waits for a
+  // running step. save(path) writes atomically (temp file, fsync, rename):
+  // a crash mid-save leaves the previous file intact.
+  std::vector<std::uint8_t> save() const;
+  void save(const std::string &path) const;
+
+  // Where its KV data is now.
+  Residency residency() const;
+  // Hints for a game that knows who speaks next: park() moves this one out
+  // of the cache now (if resident and something decoded; returns false when
+  // no tier can take it); prefetch() asks the next step to make it resident
+  // even before it has input. Both wait for a running step.
+  bool park();
+  void prefetch();
 
   explicit Conversation(std::shared_ptr<detail::ConvHandle> handle) : handle_(std::move(handle)) {}
 

@@ -19,8 +19,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,24 @@ enum class PressurePolicy {
   fail,      // refuse prompt() that cannot fit now; at step time, set the
              // conversation's error() and hold its input back
   callback,  // call ExecutorParams::on_pressure, then retry once, then wait
+};
+
+// Where conversations go when they outnumber the sequence slots or the KV
+// cells: parked (their KV data copied out of the cache) and restored when
+// they next need to decode, without the caller noticing.
+struct SpillParams {
+  // RAM for parked KV data. Default 1 GiB; 0 = no RAM tier.
+  std::uint64_t ram_bytes = 1ull << 30;
+  // A directory for parked KV data once RAM is full; empty (the default) =
+  // no disk tier. weft makes a private subdirectory and removes it when the
+  // executor goes away.
+  std::string disk_dir;
+  // Disk budget. Default 8 GiB.
+  std::uint64_t disk_bytes = 8ull << 30;
+  // Last resort when both tiers are full or fail: keep the tokens, drop the
+  // KV data, re-decode on return. Default true; false = a conversation that
+  // cannot be parked stays resident and others wait.
+  bool recompute = true;
 };
 
 struct PressureInfo {
@@ -70,6 +90,9 @@ struct ExecutorParams {
   // Most prompt tokens one conversation gets in one step; 0 = no cap beyond
   // the budget. Default 0.
   std::uint32_t max_prompt_chunk = 0;
+  // Parking tiers. Parking comes first; the pressure policy applies only to
+  // what parking cannot solve.
+  SpillParams spill;
   // See PressurePolicy. Default wait.
   PressurePolicy pressure = PressurePolicy::wait;
   // Called on the stepping thread under PressurePolicy::callback; may rewind,
@@ -155,6 +178,19 @@ struct ExecutorStats {
   std::uint64_t tokens_sampled = 0;
   std::uint64_t decode_failures = 0;
   std::uint64_t deadline_stops = 0;  // steps cut short by a hard deadline
+  // Residency: resident ones hold a slot (or have nothing decoded); parked
+  // ones keep their KV data in RAM, on disk, or only as tokens (recompute).
+  std::uint32_t resident = 0;
+  std::uint32_t parked_ram = 0;
+  std::uint32_t parked_disk = 0;
+  std::uint32_t parked_recompute = 0;
+  std::uint64_t ram_bytes = 0;   // parked KV data in RAM (shared by forks once)
+  std::uint64_t disk_bytes = 0;
+  std::uint64_t parks = 0;       // conversations parked so far
+  std::uint64_t restores = 0;    // restored from RAM or disk
+  std::uint64_t recomputes = 0;  // re-decoded from tokens instead
+  double park_ms = 0;            // total time spent parking
+  double restore_ms = 0;         // total time spent restoring
   std::uint64_t events_dropped = 0;
   bool worker_running = false;
   // Over the last 1024 steps that did work.
@@ -205,6 +241,26 @@ class WEFT_API Executor {
   // Takes up to `max` events, oldest first (ExecutorParams::events). Never
   // waits for a decode. Empty when events are off.
   std::vector<Event> poll_events(std::size_t max = SIZE_MAX);
+
+  // A conversation from Conversation::save() bytes or file, saved by any
+  // executor of the same model (other n_ctx, slots, batch sizes allowed). Its
+  // history, queued input, logits, sampler state and running generation (as
+  // conv.generation(); callbacks do not travel) come back: sampling works at
+  // once. Resident if a slot and cells are free, else parked. Throws
+  // Errc::corrupt, incompatible (another model or format version),
+  // out_of_range (longer than this n_ctx), not_found/io (files); the executor
+  // is then unchanged. Waits for a running step.
+  Conversation load(std::span<const std::uint8_t> state);
+  Conversation load(const std::string &path);
+
+  // Every conversation, resident and parked, with its id: an executor
+  // snapshot. Waits for a running step.
+  std::vector<std::uint8_t> save_all();
+  void save_all(const std::string &path);
+  // Restores a snapshot into this executor (same model): saved id -> the new
+  // conversation. All or nothing: on any error nothing is added.
+  std::map<std::uint64_t, Conversation> load_all(std::span<const std::uint8_t> snapshot);
+  std::map<std::uint64_t, Conversation> load_all(const std::string &path);
 
   // Free KV cells now (cells referenced by several forks count once).
   std::uint32_t cells_free() const;
