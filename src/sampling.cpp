@@ -15,10 +15,6 @@
 namespace weft::detail {
 namespace {
 
-void check_finite(const char *field, float v) {
-  if (!std::isfinite(v)) fail(Errc::invalid_argument, fmt::format("SamplerParams.{} = {} must be finite", field, v));
-}
-
 // llama.cpp throws C++ exceptions from inside its C API (bad_alloc, grammar
 // stack errors); they become typed errors here.
 template <class Fn>
@@ -38,34 +34,6 @@ llama_sampler *checked(llama_sampler *s, const char *what) {
 }
 
 }  // namespace
-
-// Range checks are written as !(in range) so that NaN fails every one of them.
-void validate(const SamplerParams &p) {
-  check_finite("temperature", p.temperature);
-  if (!(p.temperature >= 0.0f)) {
-    fail(Errc::invalid_argument, fmt::format("SamplerParams.temperature = {} must be >= 0", p.temperature));
-  }
-  if (p.top_k < 0) fail(Errc::invalid_argument, fmt::format("SamplerParams.top_k = {} must be >= 0", p.top_k));
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
-    fail(Errc::invalid_argument, fmt::format("SamplerParams.top_p = {} is outside (0, 1]", p.top_p));
-  }
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
-    fail(Errc::invalid_argument, fmt::format("SamplerParams.min_p = {} is outside [0, 1]", p.min_p));
-  }
-  check_finite("repeat_penalty", p.repeat_penalty);
-  if (!(p.repeat_penalty > 0.0f)) {
-    fail(Errc::invalid_argument, fmt::format("SamplerParams.repeat_penalty = {} must be > 0", p.repeat_penalty));
-  }
-  check_finite("frequency_penalty", p.frequency_penalty);
-  check_finite("presence_penalty", p.presence_penalty);
-  if (p.penalty_last_n < -1) {
-    fail(Errc::invalid_argument,
-         fmt::format("SamplerParams.penalty_last_n = {} must be >= -1 (-1 = the whole context)", p.penalty_last_n));
-  }
-  if (!p.grammar.empty() && p.grammar_root.empty()) {
-    fail(Errc::invalid_argument, "SamplerParams.grammar_root is empty but a grammar is set");
-  }
-}
 
 void Sampler::Free::operator()(llama_sampler *s) const noexcept { llama_sampler_free(s); }
 
