@@ -61,6 +61,8 @@ inline std::vector<weft::Token> random_tokens(std::mt19937 &rng, const weft::Mod
 // "same logits" tolerance in these tests is derived from. Measured once per
 // test binary over seeded random batches on the tiny model.
 double batch_noise_floor(const weft::Model &m);
+// The measurement itself (batch_noise_floor caches it across test processes).
+double measure_noise_floor(const weft::Model &m);
 
 // Tolerance for comparing weft's logits with a reference: 8x the measured
 // floor (weft adds no arithmetic of its own), at least 1e-9 when the floor
