@@ -4,7 +4,7 @@
 # this one file into Assets/Plugins. Included from src/CMakeLists.txt.
 # Why each choice: docs/C_API.md.
 
-add_library(weft_shared SHARED c_api.cpp c_api_executor.cpp c_api_conversation.cpp)
+add_library(weft_shared SHARED c_api.cpp c_api_executor.cpp c_api_conversation.cpp c_api_state.cpp)
 # Debian's fmt is a shared library only; its compiled part goes inside too.
 get_target_property(_weft_fmt_type fmt::fmt TYPE)
 if(_weft_fmt_type STREQUAL "SHARED_LIBRARY")

@@ -1,6 +1,6 @@
 // The C ABI, part 1: errors, the handle registry, argument checks, version,
 // logging and the model. Executor: c_api_executor.cpp; conversation and
-// generation: c_api_conversation.cpp.
+// generation: c_api_conversation.cpp; state and residency: c_api_state.cpp.
 #include <fmt/format.h>
 
 #include <mutex>
@@ -86,6 +86,8 @@ const char *kind_name(Kind kind) noexcept {
     case Kind::conversation: return "weft_conversation";
     case Kind::generation: return "weft_generation";
     case Kind::event_list: return "weft_event_list";
+    case Kind::bytes: return "weft_bytes";
+    case Kind::conversation_list: return "weft_conversation_list";
   }
   return "handle";
 }

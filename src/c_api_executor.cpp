@@ -21,6 +21,9 @@ weft_executor_params executor_defaults() {
   p.on_pressure = nullptr;
   p.pressure_user_data = nullptr;
   p.pressure_user_data_free = nullptr;
+  p.spill_disk_dir = nullptr;
+  p.spill_ram_bytes = d.spill.ram_bytes;
+  p.spill_disk_bytes = d.spill.disk_bytes;
   p.events_capacity = d.events_capacity;
   p.n_ctx = d.n_ctx;
   p.n_batch = d.n_batch;
@@ -32,6 +35,7 @@ weft_executor_params executor_defaults() {
   p.pressure = static_cast<int32_t>(d.pressure);
   p.max_prompt_chunk = d.max_prompt_chunk;
   p.events = d.events ? 1 : 0;
+  p.spill_recompute = d.spill.recompute ? 1 : 0;
   return p;
 }
 
@@ -122,6 +126,10 @@ weft_status weft_executor_create(const weft_model *model, const weft_executor_pa
     ep.max_prompt_chunk = p.max_prompt_chunk;
     ep.events = p.events != 0;
     ep.events_capacity = p.events_capacity;
+    ep.spill.ram_bytes = p.spill_ram_bytes;
+    ep.spill.disk_dir = std::string(cstr_arg(p.spill_disk_dir, "weft_executor_params.spill_disk_dir", true));
+    ep.spill.disk_bytes = p.spill_disk_bytes;
+    ep.spill.recompute = p.spill_recompute != 0;
     std::shared_ptr<UserData> ud;
     if (p.on_pressure != nullptr) {
       ud = std::make_shared<UserData>(p.pressure_user_data, p.pressure_user_data_free);
@@ -182,6 +190,17 @@ weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor
     c.deadline_stops = s.deadline_stops;
     c.events_dropped = s.events_dropped;
     c.cost_model_samples = s.cost_model_samples;
+    c.ram_bytes = s.ram_bytes;
+    c.disk_bytes = s.disk_bytes;
+    c.parks = s.parks;
+    c.restores = s.restores;
+    c.recomputes = s.recomputes;
+    c.park_ms = s.park_ms;
+    c.restore_ms = s.restore_ms;
+    c.resident = s.resident;
+    c.parked_ram = s.parked_ram;
+    c.parked_disk = s.parked_disk;
+    c.parked_recompute = s.parked_recompute;
     c.step_ms_p50 = s.step_ms_p50;
     c.step_ms_p99 = s.step_ms_p99;
     c.decode_ms_p50 = s.decode_ms_p50;

@@ -66,6 +66,16 @@ namespace Weft
         protected override bool ReleaseHandle() { return Native.weft_event_list_free(handle) == Status.Ok; }
     }
 
+    internal sealed class BytesHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_bytes_free(handle) == Status.Ok; }
+    }
+
+    internal sealed class ConversationListHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_conversation_list_free(handle) == Status.Ok; }
+    }
+
     // --- Struct mirrors ------------------------------------------------------
 
     [StructLayout(LayoutKind.Sequential)]
@@ -93,11 +103,13 @@ namespace Weft
     {
         public UIntPtr struct_size;
         public IntPtr on_pressure, pressure_user_data, pressure_user_data_free;
+        public IntPtr spill_disk_dir;
+        public ulong spill_ram_bytes, spill_disk_bytes;
         public UIntPtr events_capacity;
         public uint n_ctx, n_batch, n_ubatch, n_seq_max;
         public int n_threads, kv_type, flash_attn, pressure;
         public uint max_prompt_chunk;
-        public int events;
+        public int events, spill_recompute;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -122,9 +134,10 @@ namespace Weft
     {
         public UIntPtr struct_size;
         public ulong queued_tokens, steps, tokens_decoded, tokens_sampled, decode_failures, deadline_stops,
-            events_dropped, cost_model_samples;
-        public double step_ms_p50, step_ms_p99, decode_ms_p50, predicted_ms_per_token;
-        public uint n_ctx, cells_used, cells_free, n_seq_max, slots_used, conversations, generating;
+            events_dropped, cost_model_samples, ram_bytes, disk_bytes, parks, restores, recomputes;
+        public double step_ms_p50, step_ms_p99, decode_ms_p50, predicted_ms_per_token, park_ms, restore_ms;
+        public uint n_ctx, cells_used, cells_free, n_seq_max, slots_used, conversations, generating,
+            resident, parked_ram, parked_disk, parked_recompute;
         public int worker_running;
     }
 
@@ -251,6 +264,24 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_conversation_generate(ConversationHandle c, ref GenerateParamsNative p, out GenerationHandle g);
         [DllImport(Lib)] public static extern Status weft_conversation_generation(ConversationHandle c, out GenerationHandle g);
 
+        [DllImport(Lib)] public static extern Status weft_bytes_data(BytesHandle b, out IntPtr data, out UIntPtr size);
+        [DllImport(Lib)] public static extern Status weft_bytes_free(IntPtr b);
+        [DllImport(Lib)] public static extern Status weft_conversation_save(ConversationHandle c, out BytesHandle b);
+        [DllImport(Lib)] public static extern Status weft_conversation_save_file(ConversationHandle c, byte[] path);
+        [DllImport(Lib)] public static extern Status weft_executor_load(ExecutorHandle executor, byte[] data, UIntPtr size, out ConversationHandle c);
+        [DllImport(Lib)] public static extern Status weft_executor_load_file(ExecutorHandle executor, byte[] path, out ConversationHandle c);
+        [DllImport(Lib)] public static extern Status weft_executor_save_all(ExecutorHandle executor, out BytesHandle b);
+        [DllImport(Lib)] public static extern Status weft_executor_save_all_file(ExecutorHandle executor, byte[] path);
+        [DllImport(Lib)] public static extern Status weft_executor_load_all(ExecutorHandle executor, byte[] data, UIntPtr size, out ConversationListHandle list);
+        [DllImport(Lib)] public static extern Status weft_executor_load_all_file(ExecutorHandle executor, byte[] path, out ConversationListHandle list);
+        [DllImport(Lib)] public static extern Status weft_conversation_list_count(ConversationListHandle list, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_conversation_list_get(ConversationListHandle list, UIntPtr index, out ulong savedId, out ConversationHandle c);
+        [DllImport(Lib)] public static extern Status weft_conversation_list_free(IntPtr list);
+        [DllImport(Lib)] public static extern IntPtr weft_residency_name(int residency);
+        [DllImport(Lib)] public static extern Status weft_conversation_residency(ConversationHandle c, out int residency);
+        [DllImport(Lib)] public static extern Status weft_conversation_park(ConversationHandle c, out int parked);
+        [DllImport(Lib)] public static extern Status weft_conversation_prefetch(ConversationHandle c);
+
         [DllImport(Lib)] public static extern Status weft_generation_free(IntPtr g);
         [DllImport(Lib)] public static extern Status weft_generation_is_done(GenerationHandle g, out int done);
         [DllImport(Lib)] public static extern Status weft_generation_reason(GenerationHandle g, out int reason);
@@ -323,6 +354,20 @@ namespace Weft
         }
 
         public static string GetText(BytesOut call) { return Encoding.UTF8.GetString(GetBytes(call)); }
+
+        // A weft_bytes handle's contents, copied; the handle is freed.
+        public static byte[] TakeBytes(BytesHandle b)
+        {
+            using (b)
+            {
+                IntPtr data;
+                UIntPtr size;
+                Check(weft_bytes_data(b, out data, out size));
+                var copy = new byte[Int(size)];
+                if (copy.Length > 0) Marshal.Copy(data, copy, 0, copy.Length);
+                return copy;
+            }
+        }
 
         public static T[] GetArray<T>(ArrayOut<T> call)
         {

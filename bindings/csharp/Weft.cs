@@ -58,6 +58,8 @@ namespace Weft
     public enum PressurePolicy { Wait = 0, Fail = 1, Callback = 2 }
     public enum FinishReason { Running = 0, MaxTokens = 1, EndOfGeneration = 2, StopString = 3, ContextFull = 4, Cancelled = 5, Error = 6 }
     public enum EventKind { Token = 0, Finished = 1, Error = 2 }
+    // Where a conversation's KV data is: in the cache, or parked.
+    public enum Residency { Resident = 0, Ram = 1, Disk = 2, Recompute = 3 }
 
     // The library itself: versions and where its log lines go.
     public static class Library
@@ -259,6 +261,12 @@ namespace Weft
         public Action<PressureInfo> OnPressure;
         // Queue token/finished/error events for PollEvents (the main-thread way).
         public bool Events;
+        // Parking tiers for conversations beyond the slots or cells (used
+        // before the pressure policy): RAM, then a disk directory, then
+        // tokens only (re-decoded on return).
+        public long SpillRamBytes, SpillDiskBytes;
+        public string SpillDiskDir;
+        public bool SpillRecompute;
 
         public ExecutorParams()
         {
@@ -274,6 +282,9 @@ namespace Weft
             MaxPromptChunk = (int)n.max_prompt_chunk;
             Events = n.events != 0;
             EventsCapacity = Native.Int(n.events_capacity);
+            SpillRamBytes = (long)n.spill_ram_bytes;
+            SpillDiskBytes = (long)n.spill_disk_bytes;
+            SpillRecompute = n.spill_recompute != 0;
         }
 
         internal static ExecutorParamsNative Defaults()
@@ -315,8 +326,10 @@ namespace Weft
     public struct ExecutorStats
     {
         public int ContextSize, CellsUsed, CellsFree, MaxSequences, SlotsUsed, Conversations, Generating;
+        public int Resident, ParkedRam, ParkedDisk, ParkedRecompute;
         public long QueuedTokens, Steps, TokensDecoded, TokensSampled, DecodeFailures, DeadlineStops, EventsDropped, CostModelSamples;
-        public double StepMsP50, StepMsP99, DecodeMsP50, PredictedMsPerToken;
+        public long RamBytes, DiskBytes, Parks, Restores, Recomputes;
+        public double StepMsP50, StepMsP99, DecodeMsP50, PredictedMsPerToken, ParkMs, RestoreMs;
         public bool WorkerRunning;
     }
 
@@ -359,6 +372,9 @@ namespace Weft
             n.max_prompt_chunk = (uint)p.MaxPromptChunk;
             n.events = p.Events ? 1 : 0;
             n.events_capacity = Native.Size(p.EventsCapacity);
+            n.spill_ram_bytes = (ulong)Math.Max(0, p.SpillRamBytes);
+            n.spill_disk_bytes = (ulong)Math.Max(0, p.SpillDiskBytes);
+            n.spill_recompute = p.SpillRecompute ? 1 : 0;
             var ud = IntPtr.Zero;
             if (p.OnPressure != null)
             {
@@ -368,7 +384,12 @@ namespace Weft
                 n.pressure_user_data_free = Trampolines.Free;  // weft frees it with the context
             }
             ExecutorHandle h;
-            var status = Native.weft_executor_create(model.Handle, ref n, out h);
+            Status status;
+            using (var mem = new CallMemory())
+            {
+                n.spill_disk_dir = mem.Utf8z(p.SpillDiskDir);
+                status = Native.weft_executor_create(model.Handle, ref n, out h);
+            }
             if (status != Status.Ok && ud != IntPtr.Zero) Trampolines.Unpin(ud);
             Native.Check(status);
             Handle = h;
@@ -452,6 +473,67 @@ namespace Weft
             get { uint n; Native.Check(Native.weft_executor_cells_free(Handle, out n)); return (int)n; }
         }
 
+        // A conversation saved by Conversation.Save (any executor of the same
+        // model): history, queue, logits, sampler state and a running
+        // generation (without its callback) come back. Corrupt or foreign
+        // state throws (Status.Corrupt, Incompatible) and changes nothing.
+        public Conversation Load(byte[] state)
+        {
+            ConversationHandle h;
+            Native.Check(Native.weft_executor_load(Handle, state, Native.Size(state.Length), out h));
+            return new Conversation(h);
+        }
+
+        public Conversation Load(string path)
+        {
+            ConversationHandle h;
+            Native.Check(Native.weft_executor_load_file(Handle, Native.Utf8z(path), out h));
+            return new Conversation(h);
+        }
+
+        // Every conversation, resident and parked, with its Id.
+        public byte[] SaveAll()
+        {
+            BytesHandle b;
+            Native.Check(Native.weft_executor_save_all(Handle, out b));
+            return Native.TakeBytes(b);
+        }
+
+        public void SaveAll(string path) { Native.Check(Native.weft_executor_save_all_file(Handle, Native.Utf8z(path))); }
+
+        // A SaveAll snapshot, all or nothing: saved Id -> the new conversation.
+        public Dictionary<ulong, Conversation> LoadAll(byte[] snapshot)
+        {
+            ConversationListHandle list;
+            Native.Check(Native.weft_executor_load_all(Handle, snapshot, Native.Size(snapshot.Length), out list));
+            return TakeAll(list);
+        }
+
+        public Dictionary<ulong, Conversation> LoadAll(string path)
+        {
+            ConversationListHandle list;
+            Native.Check(Native.weft_executor_load_all_file(Handle, Native.Utf8z(path), out list));
+            return TakeAll(list);
+        }
+
+        private static Dictionary<ulong, Conversation> TakeAll(ConversationListHandle list)
+        {
+            using (list)
+            {
+                UIntPtr count;
+                Native.Check(Native.weft_conversation_list_count(list, out count));
+                var result = new Dictionary<ulong, Conversation>();
+                for (int i = 0; i < Native.Int(count); ++i)
+                {
+                    ulong id;
+                    ConversationHandle h;
+                    Native.Check(Native.weft_conversation_list_get(list, Native.Size(i), out id, out h));
+                    result.Add(id, new Conversation(h));
+                }
+                return result;
+            }
+        }
+
         public ExecutorStats Stats
         {
             get
@@ -468,6 +550,10 @@ namespace Weft
                     EventsDropped = (long)s.events_dropped, CostModelSamples = (long)s.cost_model_samples,
                     StepMsP50 = s.step_ms_p50, StepMsP99 = s.step_ms_p99, DecodeMsP50 = s.decode_ms_p50,
                     PredictedMsPerToken = s.predicted_ms_per_token, WorkerRunning = s.worker_running != 0,
+                    Resident = (int)s.resident, ParkedRam = (int)s.parked_ram, ParkedDisk = (int)s.parked_disk,
+                    ParkedRecompute = (int)s.parked_recompute, RamBytes = (long)s.ram_bytes, DiskBytes = (long)s.disk_bytes,
+                    Parks = (long)s.parks, Restores = (long)s.restores, Recomputes = (long)s.recomputes,
+                    ParkMs = s.park_ms, RestoreMs = s.restore_ms,
                 };
             }
         }
@@ -635,6 +721,34 @@ namespace Weft
         }
 
         public void SetPriority(int priority) { Native.Check(Native.weft_conversation_set_priority(Handle, priority)); }
+
+        // The whole conversation as bytes (Executor.Load brings it back).
+        public byte[] Save()
+        {
+            BytesHandle b;
+            Native.Check(Native.weft_conversation_save(Handle, out b));
+            return Native.TakeBytes(b);
+        }
+
+        // Written atomically: a failure leaves the previous file intact.
+        public void Save(string path) { Native.Check(Native.weft_conversation_save_file(Handle, Native.Utf8z(path))); }
+
+        public Residency Residency
+        {
+            get { int r; Native.Check(Native.weft_conversation_residency(Handle, out r)); return (Residency)r; }
+        }
+
+        // Moves it out of the cache now (a hint: it is restored when it next
+        // runs); false when no parking tier could take it.
+        public bool Park()
+        {
+            int parked;
+            Native.Check(Native.weft_conversation_park(Handle, out parked));
+            return parked != 0;
+        }
+
+        // Asks the next step to make it resident before it has input.
+        public void Prefetch() { Native.Check(Native.weft_conversation_prefetch(Handle)); }
 
         // The error a step hit for this conversation (input is held back
         // until ClearError); null when none.

@@ -13,7 +13,7 @@
 // header.
 //
 // Ownership: handles (weft_model, weft_executor, weft_conversation,
-// weft_generation) are opaque. A `weft_x **out` handle belongs to the caller
+// weft_generation, and the lists and byte buffers calls return) are opaque. A `weft_x **out` handle belongs to the caller
 // and is released with weft_x_free(), once. Freeing NULL is a no-op;
 // freeing or using a handle that was already freed is detected and refused
 // with WEFT_ERR_INVALID_HANDLE (handle values are never reused), never a crash.
@@ -233,6 +233,11 @@ typedef struct weft_executor_params {
   weft_pressure_callback on_pressure;  // required with WEFT_PRESSURE_CALLBACK
   void *pressure_user_data;
   weft_free_fn pressure_user_data_free;  // see "Callbacks" above
+  // Parking (spill) tiers, used before the pressure policy: conversations
+  // beyond the slots or cells are parked and restored when they next run.
+  const char *spill_disk_dir;  // NUL-terminated directory for the disk tier; NULL or "" = none. Default NULL
+  uint64_t spill_ram_bytes;    // RAM for parked KV data; 0 = no RAM tier. Default 1 GiB
+  uint64_t spill_disk_bytes;   // disk budget. Default 8 GiB
   size_t events_capacity;     // most unread events kept; older ones are dropped. Default 65536; >= 1
   uint32_t n_ctx;             // KV cells shared by all conversations. Default 4096
   uint32_t n_batch;           // most tokens per decode and per step. Default 512; >= n_seq_max
@@ -246,6 +251,8 @@ typedef struct weft_executor_params {
   weft_bool events;           // post tokens, finished generations and errors for
                               // weft_executor_poll_events (a main thread that must
                               // not be called back). Default 0
+  weft_bool spill_recompute;  // last resort when the tiers are full: keep tokens only,
+                              // re-decode on return; 0 = such a one stays resident. Default 1
 } weft_executor_params;
 
 WEFT_C_API weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size);
@@ -307,10 +314,17 @@ typedef struct weft_executor_stats {
   uint64_t deadline_stops;      // steps cut short by a hard deadline
   uint64_t events_dropped;      // events beyond events_capacity
   uint64_t cost_model_samples;  // batches the time-budget cost model learned from
+  uint64_t ram_bytes;           // parked KV data in RAM (shared by forks once)
+  uint64_t disk_bytes;          // parked KV data on disk
+  uint64_t parks;               // conversations parked so far
+  uint64_t restores;            // restored from RAM or disk
+  uint64_t recomputes;          // re-decoded from tokens instead
   double step_ms_p50;           // over the last 1024 steps that did work
   double step_ms_p99;
   double decode_ms_p50;
   double predicted_ms_per_token;  // the cost model's estimate at depth 0
+  double park_ms;               // total time spent parking
+  double restore_ms;            // total time spent restoring
   uint32_t n_ctx;       // the real context size (llama.cpp rounds up)
   uint32_t cells_used;  // distinct KV cells in use (shared prefixes once)
   uint32_t cells_free;
@@ -318,6 +332,10 @@ typedef struct weft_executor_stats {
   uint32_t slots_used;
   uint32_t conversations;
   uint32_t generating;
+  uint32_t resident;          // holding a slot (or nothing decoded)
+  uint32_t parked_ram;
+  uint32_t parked_disk;
+  uint32_t parked_recompute;  // tokens only
   weft_bool worker_running;
 } weft_executor_stats;
 
@@ -462,6 +480,65 @@ WEFT_C_API weft_status weft_conversation_set_priority(weft_conversation *convers
 WEFT_C_API weft_status weft_conversation_error(const weft_conversation *conversation, weft_status *out_code,
                                                char *buf, size_t capacity, size_t *out_len);
 WEFT_C_API weft_status weft_conversation_clear_error(weft_conversation *conversation);
+
+// ---------------------------------------------------------------------------
+// State: a conversation (or every conversation of an executor) as bytes or a
+// file (docs/STATE_FORMAT.md), loadable into any executor of the same model.
+
+typedef struct weft_bytes weft_bytes;
+typedef struct weft_conversation_list weft_conversation_list;
+
+// *data points into `bytes` and lives as long as it.
+WEFT_C_API weft_status weft_bytes_data(const weft_bytes *bytes, const uint8_t **data, size_t *size);
+WEFT_C_API weft_status weft_bytes_free(weft_bytes *bytes);
+
+// History, queued input, logits, sampler state, a running generation (its
+// callback does not travel) and KV data. Waits for a running step. The file
+// is written atomically: a failure leaves the previous file intact.
+WEFT_C_API weft_status weft_conversation_save(const weft_conversation *conversation, weft_bytes **out);
+WEFT_C_API weft_status weft_conversation_save_file(const weft_conversation *conversation, const char *path);
+// A saved conversation, back in this executor: resident if a slot and cells
+// are free, else parked. WEFT_ERR_CORRUPT, WEFT_ERR_INCOMPATIBLE (another
+// model or format version), WEFT_ERR_OUT_OF_RANGE (longer than this n_ctx),
+// WEFT_ERR_NOT_FOUND / WEFT_ERR_IO (files); the executor is then unchanged.
+WEFT_C_API weft_status weft_executor_load(weft_executor *executor, const uint8_t *data, size_t size,
+                                          weft_conversation **out);
+WEFT_C_API weft_status weft_executor_load_file(weft_executor *executor, const char *path, weft_conversation **out);
+
+// Every conversation of the executor, resident and parked, with its id.
+WEFT_C_API weft_status weft_executor_save_all(weft_executor *executor, weft_bytes **out);
+WEFT_C_API weft_status weft_executor_save_all_file(weft_executor *executor, const char *path);
+// Restores a snapshot (all or nothing) into a list of (saved id, new
+// conversation). The list holds the conversations: take the ones to keep
+// with weft_conversation_list_get before freeing it, which disposes the rest.
+WEFT_C_API weft_status weft_executor_load_all(weft_executor *executor, const uint8_t *data, size_t size,
+                                              weft_conversation_list **out);
+WEFT_C_API weft_status weft_executor_load_all_file(weft_executor *executor, const char *path,
+                                                   weft_conversation_list **out);
+WEFT_C_API weft_status weft_conversation_list_count(const weft_conversation_list *list, size_t *out);
+// The entry's id at save time, and a new handle to its conversation (free it).
+WEFT_C_API weft_status weft_conversation_list_get(const weft_conversation_list *list, size_t index,
+                                                  uint64_t *out_saved_id, weft_conversation **out);
+WEFT_C_API weft_status weft_conversation_list_free(weft_conversation_list *list);
+
+// Where a conversation's KV data is now.
+typedef enum weft_residency {
+  WEFT_RESIDENCY_RESIDENT = 0,   // holds a slot and its cells (or has nothing decoded)
+  WEFT_RESIDENCY_RAM = 1,        // parked: KV data in RAM
+  WEFT_RESIDENCY_DISK = 2,       // parked: KV data in a spill file
+  WEFT_RESIDENCY_RECOMPUTE = 3,  // parked: tokens only, decoded again when it next runs
+} weft_residency;
+
+WEFT_C_API const char *weft_residency_name(int32_t residency);
+// *out = a weft_residency.
+WEFT_C_API weft_status weft_conversation_residency(const weft_conversation *conversation, int32_t *out);
+// Hints for a game that knows who speaks next. park moves it out of the
+// cache now: *out_parked = 1 when it then holds no cells (parked now or
+// before, or nothing decoded), 0 when no tier could take it. prefetch asks
+// the next step to make it resident before it has input. Both wait for a
+// running step.
+WEFT_C_API weft_status weft_conversation_park(weft_conversation *conversation, weft_bool *out_parked);
+WEFT_C_API weft_status weft_conversation_prefetch(weft_conversation *conversation);
 
 // ---------------------------------------------------------------------------
 // Generation: sampling step by step; poll it, wait for it, cancel it.

@@ -96,6 +96,8 @@ namespace Weft.Samples
             int calls = 0, needed = 0, free = 0;
             var p = Small(256, 4);
             p.BatchSize = 256;
+            p.SpillRamBytes = 0;  // no parking: the pressure policy applies
+            p.SpillRecompute = false;
             p.Pressure = PressurePolicy.Callback;
             p.OnPressure = info =>
             {
