@@ -198,6 +198,16 @@ def mixed_section(runs, plots):
     return lines, misses
 
 
+def extra_section(out):
+    """Benchmarks without a peer (spill, frame), as their own tables."""
+    parts = []
+    for name in ("spill", "frame"):
+        path = os.path.join(out, f"{name}-weft.txt")
+        if os.path.exists(path):
+            parts.append(f"## `weft bench {name}`\n\n```\n{open(path).read().strip()}\n```\n\n")
+    return "".join(parts)
+
+
 def plot(plots):
     script = f"""
 set terminal pngcairo size 1100,450 font ",10" noenhanced
@@ -312,7 +322,7 @@ when it is not valid UTF-8, which random weights produce through byte tokens; it
 sample the vocabulary's byte tokens (`logit_bias`), which does not change the speed. weft goes on from an
 early end-of-generation token where llama-server is told `ignore_eos`, so both generate the same counts.
 
-## Rows that miss a target
+{extra_section(a.out)}## Rows that miss a target
 
 {chr(10).join('- ' + x for x in tp_miss + mx_miss) if tp_miss or mx_miss else 'None: every row met its target in this run.'}
 

@@ -27,10 +27,11 @@ struct Workload {
 };
 
 struct WorkloadParams {
-  // Sized to keep a 2-core machine busy but not saturated, for about a minute.
-  unsigned conversations = 20, system_tokens = 256;
+  // The scenario scaled to a busy 2-core machine: long replies keep
+  // several conversations generating while long prompts arrive; about a minute.
+  unsigned conversations = 16, system_tokens = 256;
   double rate = 0.4;  // arrivals per second (Poisson)
-  unsigned prompt_min = 32, prompt_max = 384, output_min = 16, output_max = 64;
+  unsigned prompt_min = 128, prompt_max = 512, output_min = 48, output_max = 144;
   unsigned seed = 1;
 };
 

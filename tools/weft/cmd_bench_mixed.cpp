@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <thread>
 
 #include "bench_commands.hpp"
 #include "bench_common.hpp"
@@ -65,6 +66,10 @@ void run(Opts o) {
   auto model = bench::load_model(o.engine.model_path);
   check(o, static_cast<std::uint32_t>(model.n_ctx_train()));
   if (o.engine.server_binary.empty()) o.engine.server_binary = kDefaultServer;
+  // The same thread count for both engines (llama-server's own default differs).
+  if (o.engine.threads == 0) {
+    o.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
   o.engine.server_banned = bench::invalid_utf8_tokens(model);
   const auto work = bench::make_workload(o.work, model.n_vocab(), model.bos());
 
@@ -168,7 +173,7 @@ void add_bench_mixed(CLI::App &bench) {
       ->capture_default_str();
   cmd->add_option("--batch", e.batch, "n_batch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   cmd->add_option("--ubatch", e.ubatch, "n_ubatch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
-  cmd->add_option("--threads", e.threads, "CPU threads (0 = all for weft, llama-server's default for it)")
+  cmd->add_option("--threads", e.threads, "CPU threads for each engine (0 = all)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   cmd->add_option("--step-tokens", e.step_tokens, "weft: tokens per step (StepBudget::max_tokens)")

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <memory>
 #include <random>
+#include <thread>
 
 #include "bench_common.hpp"
 #include "bench_commands.hpp"
@@ -130,6 +131,7 @@ void run(Opts o) {
   const std::string path = bench::model_path(o.model);
   auto model = bench::load_model(path);
   const unsigned ctx = o.ctx != 0 ? o.ctx : static_cast<unsigned>(model.n_ctx_train());
+  if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // As llama.cpp (and so batched-bench) does: a batch never exceeds the context.
   o.batch = std::min(o.batch, ctx);
   o.ubatch = std::min(o.ubatch, o.batch);
