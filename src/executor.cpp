@@ -245,10 +245,7 @@ ExecutorStats Executor::stats() const {
   s.n_seq_max = c.params.n_seq_max;
   s.slots_used = c.params.n_seq_max - static_cast<std::uint32_t>(c.free_seqs.size());
   s.conversations = static_cast<std::uint32_t>(c.convs.size());
-  for (auto &[id, conv] : c.convs) {
-    s.generating += conv->gen ? 1u : 0u;
-    s.queued_tokens += conv->n_queued();
-  }
+
   s.steps = c.steps;
   s.tokens_decoded = c.tokens_decoded;
   s.tokens_sampled = c.tokens_sampled;
@@ -259,6 +256,8 @@ ExecutorStats Executor::stats() const {
   s.predicted_ms_per_token = c.cost.predict(1, 0) * 1e3;
   s.cost_model_samples = c.cost.samples();
   for (auto &[id, conv] : c.convs) {
+    s.generating += conv->gen ? 1u : 0u;
+    s.queued_tokens += conv->n_queued();
     switch (conv->where) {
       case Residency::resident: ++s.resident; break;
       case Residency::ram: ++s.parked_ram; break;

@@ -9,6 +9,7 @@
 
 #include "common.hpp"
 #include "model_impl.hpp"
+#include "weft/executor.hpp"
 
 namespace weft_test {
 
@@ -45,6 +46,18 @@ inline std::vector<float> reference_logits(const weft::Model &m, const std::vect
   llama_batch_free(batch);
   llama_free(ctx);
   return out;
+}
+
+// Steps until nothing is left to do (random budgets up to `max_budget` when
+// `rng` is given); bounded so a bug cannot hang the suite.
+inline int run_until_idle(weft::Executor &ex, std::mt19937 *rng = nullptr, std::uint32_t max_budget = 0) {
+  for (int i = 0; i < 20000; ++i) {
+    weft::StepBudget budget;
+    if (rng != nullptr) budget.max_tokens = 1 + static_cast<std::uint32_t>((*rng)() % max_budget);
+    if (ex.step(budget).idle) return i;
+  }
+  ADD_FAILURE() << "executor did not become idle within 20000 steps";
+  return -1;
 }
 
 // `n` random tokens (no control tokens), the first of them BOS when `bos`.

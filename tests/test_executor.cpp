@@ -13,20 +13,11 @@
 using weft_test::logits_tolerance;
 using weft_test::nmse;
 using weft_test::random_tokens;
+using weft_test::run_until_idle;
 using weft_test::reference_logits;
 
 namespace {
 
-// Steps until nothing is left to do; bounded so a bug cannot hang the suite.
-int run_until_idle(weft::Executor &ex, std::mt19937 *rng = nullptr, std::uint32_t max_budget = 0) {
-  for (int i = 0; i < 10000; ++i) {
-    weft::StepBudget budget;
-    if (rng != nullptr) budget.max_tokens = 1 + static_cast<std::uint32_t>((*rng)() % max_budget);
-    if (ex.step(budget).idle) return i;
-  }
-  ADD_FAILURE() << "executor did not become idle within 10000 steps";
-  return -1;
-}
 
 weft::ExecutorParams small_params(std::uint32_t n_seq_max = 8, std::uint32_t n_batch = 64) {
   return {.n_ctx = 1024, .n_batch = n_batch, .n_seq_max = n_seq_max, .n_threads = 2};

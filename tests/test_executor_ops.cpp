@@ -9,18 +9,12 @@
 #include "weft/executor.hpp"
 
 using weft_test::random_tokens;
+using weft_test::run_until_idle;
 using weft_test::reference_logits;
 using weft_test::throws_weft;
 
 namespace {
 
-int run_until_idle(weft::Executor &ex) {
-  for (int i = 0; i < 10000; ++i) {
-    if (ex.step().idle) return i;
-  }
-  ADD_FAILURE() << "not idle after 10000 steps";
-  return -1;
-}
 
 weft::ExecutorParams params(std::uint32_t n_ctx = 1024, std::uint32_t n_seq_max = 4) {
   return {.n_ctx = n_ctx, .n_batch = 64, .n_seq_max = n_seq_max, .n_threads = 2};

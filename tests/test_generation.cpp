@@ -9,17 +9,11 @@
 #include "weft/executor.hpp"
 
 using weft_test::random_tokens;
+using weft_test::run_until_idle;
 using weft_test::reference_logits;
 
 namespace {
 
-int run_until_idle(weft::Executor &ex) {
-  for (int i = 0; i < 10000; ++i) {
-    if (ex.step().idle) return i;
-  }
-  ADD_FAILURE() << "not idle after 10000 steps";
-  return -1;
-}
 
 // Greedy continuation decoded independently on raw llama.cpp, cut where the
 // top two logits are closer than the comparison noise allows.
