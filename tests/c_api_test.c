@@ -1255,7 +1255,7 @@ typedef struct ThreadArgs {
   Collected col;
   weft_status worst;
   int callbacks_over;
-  volatile int stop;
+  int stop; /* under g_cb_mu */
 } ThreadArgs;
 
 /* Set by user_data_free: weft will not call this thread's callback again. */
@@ -1309,9 +1309,17 @@ static void *npc_thread(void *arg) {
   return NULL;
 }
 
+static int stopped(ThreadArgs *t) {
+  int s;
+  pthread_mutex_lock(&g_cb_mu);
+  s = t->stop;
+  pthread_mutex_unlock(&g_cb_mu);
+  return s;
+}
+
 static void *stepper_thread(void *arg) {
   ThreadArgs *t = (ThreadArgs *)arg;
-  while (!t->stop) {
+  while (!stopped(t)) {
     weft_step_result r;
     r.struct_size = sizeof r;
     CHECK_OK(weft_executor_step(t->ex, NULL, &r));
@@ -1386,7 +1394,9 @@ static void test_threads(void) {
   CHECK(read_args.worst == WEFT_OK);
 
   for (i = 0; i < NPCS; ++i) pthread_join(npcs[i], NULL);
+  pthread_mutex_lock(&g_cb_mu);
   step_args.stop = 1;
+  pthread_mutex_unlock(&g_cb_mu);
   pthread_join(stepper, NULL);
   for (i = 0; i < NPCS; ++i) {
     CHECK(args[i].done_generations == 1);
