@@ -13,8 +13,9 @@
 // header.
 //
 // Ownership: handles (weft_model, weft_executor, weft_conversation,
-// weft_generation, and the lists and byte buffers calls return) are opaque. A `weft_x **out` handle belongs to the caller
-// and is released with weft_x_free(), once. Freeing NULL is a no-op;
+// weft_generation, and the lists and byte buffers calls return) are opaque.
+// A `weft_x **out` handle belongs to the caller and is released with
+// weft_x_free(), once. Freeing NULL is a no-op;
 // freeing or using a handle that was already freed is detected and refused
 // with WEFT_ERR_INVALID_HANDLE (handle values are never reused), never a crash.
 // Handles share what they point to: freeing an executor while its
@@ -262,9 +263,10 @@ WEFT_C_API weft_status weft_executor_params_init(weft_executor_params *params, s
 // cannot create the context.
 WEFT_C_API weft_status weft_executor_create(const weft_model *model, const weft_executor_params *params,
                                             weft_executor **out);
-// Ends running generations (reason cancelled) and frees the context once no
-// other thread is inside a call on this executor; may wait for a running
-// step. Its conversations' operations then fail with WEFT_ERR_DISPOSED.
+// Stops the worker, ends running generations (reason cancelled) and frees
+// the context once no other thread is inside a call on this executor; may
+// wait for a running step. Its conversations' operations then fail with
+// WEFT_ERR_DISPOSED.
 WEFT_C_API weft_status weft_executor_free(weft_executor *executor);
 
 typedef struct weft_step_budget {
