@@ -46,6 +46,7 @@ struct GenState {
   mutable std::mutex mu;
   mutable std::condition_variable cv;
   GenerationResult result;  // reason == running until finished
+  FinishReason pending_reason = FinishReason::running;  // finished, last callback not yet run
   // Below: touched only under the executor's mu.
   GenerateParams params;
   std::optional<Sampler> own_sampler;  // when params.sampler was given
@@ -181,7 +182,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   Conv &get(std::uint64_t id);  // under mu; throws Errc::disposed
   void dispose_locked(Conv &c);
   // Ends c's running generation (if any); returns the text it still held back.
-  std::string finish_generation_locked(Conv &c, FinishReason reason, std::optional<Error> error = {});
+  // With publish = false, done() turns true only when deliver_events() has
+  // run the generation's last callback.
+  std::string finish_generation_locked(Conv &c, FinishReason reason, std::optional<Error> error = {},
+                                       bool publish = true);
   Sampler &sampler_of(Conv &c);
   void release_kv_from(Conv &c, std::uint32_t pos);  // seq_rm + ledger, keeps the slot
   void ensure_logits_locked(Conv &c);

@@ -7,7 +7,8 @@
 namespace weft {
 namespace detail {
 
-std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason, std::optional<Error> error) {
+std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason, std::optional<Error> error,
+                                                   bool publish) {
   if (!c.gen) return {};
   auto gen = std::move(c.gen);
   c.gen.reset();
@@ -16,10 +17,14 @@ std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason,
   {
     std::lock_guard lock(gen->mu);
     gen->result.text += rest;
-    gen->result.reason = reason;
     gen->result.error = error;
+    if (publish) {
+      gen->result.reason = reason;
+    } else {
+      gen->pending_reason = reason;  // done() turns true after the last callback
+    }
   }
-  gen->cv.notify_all();
+  if (publish) gen->cv.notify_all();
   post_event_locked({.kind = EventKind::finished,
                      .conversation = c.id,
                      .generation = Generation(gen),
@@ -79,8 +84,9 @@ void ExecutorCore::sample_phase_locked(StepResult &result) {
       post_event_locked({.kind = EventKind::token, .conversation = c.id, .generation = Generation(gen),
                          .token = token, .text = text});
     }
-    if (reason != FinishReason::running) finish_generation_locked(c, reason);
-    if (gen->params.on_token) events.push_back({std::move(gen), token, std::move(text), reason != FinishReason::running});
+    const bool callback = static_cast<bool>(gen->params.on_token);
+    if (reason != FinishReason::running) finish_generation_locked(c, reason, std::nullopt, !callback);
+    if (callback) events.push_back({std::move(gen), token, std::move(text), reason != FinishReason::running});
   }
 }
 
@@ -93,6 +99,14 @@ void ExecutorCore::deliver_events() {
       std::lock_guard lock(mu);
       auto it = convs.find(ev.gen->conv_id);
       if (it != convs.end() && it->second->gen == ev.gen) finish_generation_locked(*it->second, FinishReason::cancelled);
+    }
+    if (ev.finished) {
+      // The last callback has run: now waiters may see the generation done.
+      {
+        std::lock_guard lock(ev.gen->mu);
+        if (ev.gen->result.reason == FinishReason::running) ev.gen->result.reason = ev.gen->pending_reason;
+      }
+      ev.gen->cv.notify_all();
     }
   }
   events.clear();
@@ -189,7 +203,10 @@ void Generation::cancel() {
   }
   {
     std::lock_guard lock(state_->mu);
-    if (state_->result.reason == FinishReason::running) state_->result.reason = FinishReason::cancelled;
+    // Finished, with its last callback still to run: it keeps its reason.
+    if (state_->result.reason == FinishReason::running && state_->pending_reason == FinishReason::running) {
+      state_->result.reason = FinishReason::cancelled;
+    }
   }
   state_->cv.notify_all();
 }

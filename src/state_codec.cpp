@@ -20,6 +20,7 @@ class Writer {
  public:
   std::vector<std::uint8_t> out;
   void raw(const void *p, std::size_t n) {
+    if (n == 0) return;  // p may be null (an empty vector's data())
     auto b = static_cast<const std::uint8_t *>(p);
     out.insert(out.end(), b, b + n);
   }
@@ -57,6 +58,7 @@ class Reader {
  public:
   Reader(std::span<const std::uint8_t> b, const char *what) : b_(b), what_(what) {}
   void raw(void *p, std::size_t n, const char *field) {
+    if (n == 0) return;  // p may be null (an empty vector's data())
     if (n > b_.size() - pos_) {
       fail(Errc::corrupt, fmt::format("{} is truncated: {} needs {} bytes at offset {}, {} left", what_, field, n, pos_,
                                       b_.size() - pos_));

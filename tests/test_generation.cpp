@@ -2,6 +2,7 @@
 // generations per batch, stop strings, cancel, grammars, context limits.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <regex>
 #include <thread>
 
@@ -235,4 +236,23 @@ TEST(Generation, WaitForIsBounded) {
   std::thread stepper([&] { run_until_idle(ex); });
   EXPECT_TRUE(g.wait_for(std::chrono::seconds(30)));
   stepper.join();
+}
+
+TEST(Generation, DoneOnlyAfterTheLastCallback) {
+  // A waiter that sees done() must also see every callback's effect.
+  const auto &m = weft_test::tiny();
+  for (int round = 0; round < 5; ++round) {
+    weft::Executor ex(m, params());
+    auto c = ex.create();
+    c.prompt("Count the callbacks.", {.add_bos = true});
+    std::atomic<std::size_t> calls{0};
+    auto g = c.generate({.max_tokens = 4, .on_token = [&](weft::Token, std::string_view) {
+                           std::this_thread::sleep_for(std::chrono::milliseconds(2));  // widen the window
+                           ++calls;
+                         }});
+    ex.start();
+    ASSERT_TRUE(g.wait_for(std::chrono::seconds(60)));
+    EXPECT_EQ(calls.load(), g.n_tokens());
+    ex.stop();
+  }
 }

@@ -71,6 +71,8 @@ class WEFT_API Generation {
  public:
   Generation() = default;  // an empty handle: done() is true, result() empty
 
+  // True once finished — and, with GenerateParams::on_token, only after the
+  // last callback has returned, so a waiter never misses one.
   bool done() const;
   FinishReason reason() const;
   std::size_t n_tokens() const;
