@@ -7,5 +7,7 @@ namespace weft_cli {
 
 void add_bench_throughput(CLI::App &bench);
 void add_bench_mixed(CLI::App &bench);
+void add_bench_frame(CLI::App &bench);
+void add_bench_spill(CLI::App &bench);
 
 }  // namespace weft_cli

@@ -11,6 +11,8 @@ void add_bench(CLI::App &app) {
   bench->require_subcommand(1);
   add_bench_throughput(*bench);
   add_bench_mixed(*bench);
+  add_bench_frame(*bench);
+  add_bench_spill(*bench);
 }
 
 }  // namespace weft_cli
