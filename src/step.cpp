@@ -44,6 +44,11 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
   StepResult result;
   std::unique_lock lock(mu);
   if (closed) fail(Errc::disposed, "the executor was destroyed");
+  if (budget.deadline && *budget.deadline <= t0) {
+    result.deadline_hit = true;  // already late: decode nothing
+    ++deadline_stops;
+    return result;
+  }
   ++steps;
   sample_phase_locked(result);
 
@@ -204,7 +209,9 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
         cursor_off = 0;
       }
       if (cursor == segments.size()) return false;
-      if (has_deadline && Clock::now() >= *budget.deadline) return true;
+      // Between micro-batches; the first always runs (a deadline that had
+      // passed when the step began was handled in step()).
+      if (has_deadline && result.tokens_decoded > 0 && Clock::now() >= *budget.deadline) return true;
       const std::size_t begin = parts.size();
       std::uint32_t room = cap;
       while (room > 0 && cursor < segments.size()) {
@@ -247,7 +254,11 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
     if (live == 0) continue;
 
     aborted.store(false, std::memory_order_relaxed);
-    abort_deadline_ns.store(has_deadline ? to_ns(*budget.deadline) : 0, std::memory_order_relaxed);
+    // The first micro-batch of a step always completes, so every step makes
+    // progress even when one micro-batch alone overruns the deadline; later
+    // ones are aborted in flight once it passes.
+    const bool arm = has_deadline && result.tokens_decoded > 0;
+    abort_deadline_ns.store(arm ? to_ns(*budget.deadline) : 0, std::memory_order_relaxed);
     lock.unlock();
     const auto d0 = Clock::now();
     int rc = decode_hook ? decode_hook(b) : 0;

@@ -279,3 +279,17 @@ TEST(Events, CapacityDropsOldestAndCounts) {
   EXPECT_EQ(evs.back().kind, weft::EventKind::finished);
   EXPECT_EQ(g.n_tokens(), 10u);  // results stay complete
 }
+
+TEST(Deadline, FirstMicroBatchAlwaysCompletes) {
+  // A deadline that passes during the first micro-batch: that one is kept
+  // (progress every step), the next ones are not started.
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(7);
+  weft::Executor ex(m, params(64, 8));
+  auto c = ex.create();
+  c.prompt(random_tokens(rng, m, 40, true));
+  const auto r = ex.step({.deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(1)});
+  EXPECT_TRUE(r.deadline_hit);
+  EXPECT_EQ(r.tokens_decoded, 8u);
+  EXPECT_EQ(c.n_decoded(), 8u);
+}

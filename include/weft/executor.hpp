@@ -120,8 +120,10 @@ struct StepBudget {
   std::optional<std::chrono::microseconds> max_time;
   // Hard deadline: the step submits one micro-batch (n_ubatch tokens) per
   // llama_decode, stops between them once the deadline has passed, and
-  // aborts a micro-batch in flight through llama_set_abort_callback. Decoded
-  // work is kept; the rest stays queued. Default none.
+  // aborts a micro-batch in flight through llama_set_abort_callback — except
+  // the step's first, which always completes so that every step makes
+  // progress (a deadline already passed when the step starts decodes
+  // nothing). Decoded work is kept; the rest stays queued. Default none.
   std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
