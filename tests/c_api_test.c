@@ -1224,9 +1224,11 @@ static void test_worker_and_events(void) {
     memset(&r, 0, sizeof r);
     r.struct_size = sizeof r;
     CHECK_OK(weft_executor_step(ex, &b, &r));
-    CHECK(r.deadline_hit == 1 && r.tokens_decoded == 0);
+    /* Already late when the step began: nothing; else only its first
+       micro-batch, which always completes. Either way nothing is lost. */
+    CHECK(r.tokens_decoded > 0 || r.deadline_hit == 1);
     CHECK_OK(weft_conversation_n_queued(c[0], &queued));
-    CHECK(queued == queued_before);
+    CHECK(queued + r.tokens_decoded == queued_before);
     b.deadline_us = 0;
     b.max_time_us = 2000;
     CHECK_OK(weft_executor_step(ex, &b, &r));

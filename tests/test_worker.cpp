@@ -73,7 +73,9 @@ TEST(Worker, GeneratesWhileOtherThreadsPromptAndWait) {
 TEST(Worker, SleepsWhenIdleAndWakesOnWork) {
   const auto &m = weft_test::tiny();
   weft::Executor ex(m, params());
-  ex.start({.idle_wait = std::chrono::milliseconds(1000)});
+  // An idle wait far longer than the test waits: finishing at all proves
+  // the new work woke the worker (robust to a loaded machine).
+  ex.start({.idle_wait = std::chrono::milliseconds(120000)});
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const double cpu0 = cpu_seconds();
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
@@ -83,7 +85,7 @@ TEST(Worker, SleepsWhenIdleAndWakesOnWork) {
   auto c = ex.create();
   c.prompt("Wake up, worker.", {.add_bos = true});
   auto g = c.generate({.max_tokens = 2});
-  EXPECT_TRUE(g.wait_for(std::chrono::milliseconds(900)));
+  EXPECT_TRUE(g.wait_for(std::chrono::seconds(60)));
   ex.stop();
 }
 
