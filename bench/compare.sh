@@ -3,14 +3,16 @@
 # machine, model and settings, in one run: builds weft and llama.cpp's
 # llama-batched-bench and llama-server (from the same pinned source), generates
 # the `small` model, runs each benchmark on weft and on its peer in
-# alternation (A B A B ...), and writes docs/BENCHMARKS.md (medians, ratios
+# alternation (A B, B A, ...), and writes docs/BENCHMARKS.md (medians, ratios
 # weft/peer) and PNG plots (gnuplot).
 #
 # Settings (environment): REPS=3 THREADS (default: all cores when the machine
 # is quiet, else 1; see below) PP=128 TG=32
 # PARALLEL=1,2,4,8,16,32 CTX=8192 BATCH=2048 UBATCH=512 MIXED="..." (extra
-# `weft bench mixed` flags) BUILD=build/release OUT=$BUILD/bench-compare
-# DOC=docs/BENCHMARKS.md. Default settings take about 15 minutes on 2 cores.
+# `weft bench mixed` flags) SPILL="--turns 2" FRAME="--frames 150" (flags of
+# `weft bench spill` / `frame`, run when the CLI has them) BUILD=build/release
+# OUT=$BUILD/bench-compare DOC=docs/BENCHMARKS.md. Default settings took 18
+# minutes on 2 cores that other builds kept busy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,7 +79,8 @@ extra=()
 for b in spill frame; do
   "$weft" bench --help | grep -qE "^ +$b( |$)" && extra+=("$b")
 done
-steps=$(( REPS * 4 + ${#extra[@]} ))
+IFS=, read -r -a levels <<<"$PARALLEL"
+steps=$(( REPS * (2 * ${#levels[@]} + 2) + ${#extra[@]} ))
 step=0
 run() {  # run LABEL FILE COMMAND...: one measured run, with the load around it
   local label=$1 file=$2
@@ -95,24 +98,51 @@ run() {  # run LABEL FILE COMMAND...: one measured run, with the load around it
   echo "$label after $(cut -d' ' -f1-3 /proc/loadavg)" >>"$loadlog"
 }
 
-# shellcheck disable=SC2086
-for rep in $(seq 1 "$REPS"); do
-  run "throughput, weft (rep $rep/$REPS)" "$OUT/throughput-weft-$rep.txt" \
-    "$weft" bench throughput -m "$model" --pp "$PP" --tg "$TG" --parallel "$PARALLEL" --ctx "$CTX" \
-    --batch "$BATCH" --ubatch "$UBATCH" --threads "$THREADS" --json "$OUT/throughput-weft-$rep.json"
-  run "throughput, llama-batched-bench (rep $rep/$REPS)" "$OUT/throughput-peer-$rep.jsonl" \
-    "$tools/llama-batched-bench" -m "$model" -npp "$PP" -ntg "$TG" -npl "$PARALLEL" -c "$CTX" \
+# One measured run of each engine, weft first in odd repetitions and the peer
+# first in even ones (A B, B A, ...), so a load that drifts during the run
+# favours neither.
+pair() {  # pair REP A B: run the functions A and B in the order of REP
+  if (( $1 % 2 )); then "$2" && "$3"; else "$3" && "$2"; fi
+}
+tp_weft() {
+  run "throughput B=$b, weft (rep $rep/$REPS)" "$OUT/throughput-weft-$rep-$b.txt" \
+    "$weft" bench throughput -m "$model" --pp "$PP" --tg "$TG" --parallel "$b" --ctx "$CTX" \
+    --batch "$BATCH" --ubatch "$UBATCH" --threads "$THREADS" --json "$OUT/throughput-weft-$rep-$b.json"
+}
+tp_peer() {
+  run "throughput B=$b, llama-batched-bench (rep $rep/$REPS)" "$OUT/throughput-peer-$rep-$b.jsonl" \
+    "$tools/llama-batched-bench" -m "$model" -npp "$PP" -ntg "$TG" -npl "$b" -c "$CTX" \
     -b "$BATCH" -ub "$UBATCH" -t "$THREADS" -kvu --output-format jsonl
+}
+# shellcheck disable=SC2086
+mixed_weft() {
   run "mixed workload, weft (rep $rep/$REPS)" "$OUT/mixed-weft-$rep.txt" \
     "$weft" bench mixed -m "$model" --target weft --threads "$THREADS" --batch "$BATCH" --ubatch "$UBATCH" -q \
     $MIXED --json "$OUT/mixed-weft-$rep.json"
+}
+# shellcheck disable=SC2086
+mixed_peer() {
   run "mixed workload, llama-server (rep $rep/$REPS)" "$OUT/mixed-server-$rep.txt" \
     "$weft" bench mixed -m "$model" --target server --server "$tools/llama-server" --threads "$THREADS" \
     --batch "$BATCH" --ubatch "$UBATCH" -q --server-log "$OUT/llama-server-$rep.log" \
     $MIXED --json "$OUT/mixed-server-$rep.json"
+}
+for rep in $(seq 1 "$REPS"); do
+  # Throughput pairs run row by row, seconds apart, so that both engines of a
+  # pair see nearly the same load; the report takes the median of the pairs.
+  for b in "${levels[@]}"; do pair "$rep" tp_weft tp_peer; done
+  pair "$rep" mixed_weft mixed_peer
 done
+# Lighter than their own defaults, so that the whole comparison fits in 20
+# minutes on 2 busy cores; SPILL and FRAME replace these flags.
+SPILL=${SPILL:---turns 2}
+FRAME=${FRAME:---frames 150}
 for b in "${extra[@]}"; do
-  run "$b, weft" "$OUT/$b-weft.txt" "$weft" bench "$b" -m "$model" --threads "$THREADS" --json "$OUT/$b-weft.json"
+  flags=$SPILL
+  [[ $b == frame ]] && flags=$FRAME
+  # shellcheck disable=SC2086
+  run "$b, weft" "$OUT/$b-weft.txt" "$weft" bench "$b" -m "$model" --threads "$THREADS" $flags \
+    --json "$OUT/$b-weft.json"
 done
 
 progress "writing $DOC and the plots"

@@ -21,15 +21,22 @@ def med(values):
     return statistics.median(values) if values else float("nan")
 
 
+def rep_of(path):
+    """throughput-weft-<rep>-<B>.json -> rep: the pair a row belongs to."""
+    m = re.search(r"-(\d+)(?:-\d+)?\.jsonl?$", path)
+    return int(m.group(1)) if m else 0
+
+
 def load_throughput(out):
+    """Rows by (PP, TG, B), each a list ordered by repetition, weft and peer paired."""
     weft, peer = {}, {}
     meta = None
-    for path in sorted(glob.glob(os.path.join(out, "throughput-weft-*.json"))):
+    for path in sorted(glob.glob(os.path.join(out, "throughput-weft-*.json")), key=rep_of):
         doc = json.load(open(path))
         meta = meta or doc
         for r in doc["rows"]:
             weft.setdefault((r["pp"], r["tg"], r["b"]), []).append(r)
-    for path in sorted(glob.glob(os.path.join(out, "throughput-peer-*.jsonl"))):
+    for path in sorted(glob.glob(os.path.join(out, "throughput-peer-*.jsonl")), key=rep_of):
         for line in open(path):
             line = line.strip()
             if line.startswith("{"):
@@ -66,7 +73,7 @@ def mark(ok):
 
 
 def throughput_section(meta, weft, peer, plots):
-    lines, misses, data = [], [], []
+    lines, misses, data, own = [], [], [], []
     lines.append("| PP | TG | B | N_KV | S_PP weft | S_PP peer | S_PP ratio | S_TG weft | S_TG peer | S_TG ratio "
                  "| S weft | S peer | weft's T_TG outside llama_decode |")
     lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -81,11 +88,15 @@ def throughput_section(meta, weft, peer, plots):
         t_tg = med([r["t_tg"] for r in w])
         outside = med([(r["t_tg"] - r["decode_s_tg"]) / r["t_tg"] for r in w])
         per_token_us = med([(r["t_tg"] - r["decode_s_tg"]) / (r["b"] * r["tg"]) * 1e6 for r in w])
-        r_pp, r_tg = s_pp_w / s_pp_p, s_tg_w / s_tg_p
+        # The median of the per-pair ratios: each pair ran seconds apart, under
+        # nearly the same load, which the ratio of two medians would not respect.
+        r_pp = med([a["s_pp"] / c["speed_pp"] for a, c in zip(w, p)])
+        r_tg = med([a["s_tg"] / c["speed_tg"] for a, c in zip(w, p)])
         lines.append(f"| {pp} | {tg} | {b} | {w[0]['n_kv']} | {s_pp_w:.1f} | {s_pp_p:.1f} | {r_pp:.3f} ({mark(r_pp >= TP_TARGET)}) "
                      f"| {s_tg_w:.1f} | {s_tg_p:.1f} | {r_tg:.3f} ({mark(r_tg >= TP_TARGET)}) | {s_w:.1f} | {s_p:.1f} "
                      f"| {100 * outside:.1f}% ({per_token_us:.0f} us/token) |")
         data.append((b, s_pp_w, s_pp_p, s_tg_w, s_tg_p))
+        own.append((per_token_us, outside))
         for name, ratio, wv, pv in (("S_PP", r_pp, [r["s_pp"] for r in w], [r["speed_pp"] for r in p]),
                                     ("S_TG", r_tg, [r["s_tg"] for r in w], [r["speed_tg"] for r in p])):
             if ratio >= TP_TARGET:
@@ -98,7 +109,7 @@ def throughput_section(meta, weft, peer, plots):
                 peer_t = med([r["t_tg"] for r in p])
                 why += (f"weft's llama_decode calls alone took {dec:.3f} s against batched-bench's whole T_TG of "
                         f"{peer_t:.3f} s; the rest of weft's {t_tg:.3f} s ({100 * outside:.1f}%) is sampling "
-                        f"{b} greedy tokens per step over {meta.get('model_description', 'the model')}'s vocabulary, "
+                        f"{b} greedy token(s) per step over {meta.get('model_description', 'the model')}'s vocabulary, "
                         "copying each conversation's logits and scheduling. ")
                 if dec > peer_t * TP_TARGET:
                     why += ("Most of the gap is inside llama_decode itself, on identical batch shapes, so it is "
@@ -126,6 +137,14 @@ def throughput_section(meta, weft, peer, plots):
                 else:
                     why += "The gap is weft's own per-step cost outside llama_decode."
             misses.append(why)
+    if own:
+        lines.append("")
+        lines.append(f"weft's own cost in the generation phase, outside `llama_decode` (sampling each token greedily, "
+                     f"copying its logits, the text stream, scheduling): {min(u for u, _ in own):.0f}-"
+                     f"{max(u for u, _ in own):.0f} us per generated token, at most {100 * max(f for _, f in own):.1f}% "
+                     "of T_TG. Most of it is the greedy sample, which fills a candidate array of the whole vocabulary "
+                     "and runs llama.cpp's sampler chain over it; a vectorised argmax fast path would remove most of it. "
+                     "On a faster `llama_decode` (more threads, a quiet machine) the same microseconds weigh more.")
     with open(os.path.join(plots, "throughput.dat"), "w") as f:
         f.write("# B s_pp_weft s_pp_peer s_tg_weft s_tg_peer (medians, tokens/s)\n")
         for row in sorted(data):
@@ -281,11 +300,12 @@ Rerun it to refresh this page; every number below comes from that one run.
   machine and 1 on a busy one, where llama.cpp's threads stall waiting for each other at every graph node).
 - **Shared machine**: other engineers' builds and tests ran at the same time. 1-minute load average during the
   runs: min {min(loads or [0]):.2f}, median {med(loads):.2f}, max {max(loads or [0]):.2f} (2 cores). Numbers
-  measured on a quiet machine will be higher and less noisy; the A B A B alternation exposes both engines to
+  measured on a quiet machine will be higher and less noisy; the alternation exposes both engines to
   the same load, but not to the same moments of it. A later quiet run can refresh this page.
 - Model: the generated `small` preset (SmolLM2-135M shape, {tp_meta['model_description']}, random weights).
 - llama.cpp: the pinned source, built with the same flags as weft's own (`llama-tools` target).
-- Repetitions: {a.reps}, alternating weft and its peer (A B A B ...); tables show medians.
+- Repetitions: {a.reps}, alternating weft and its peer, weft first in odd repetitions and second in even ones
+  (A B, B A, ...), so a load that drifts during the run favours neither; tables show medians.
 
 ## Throughput: `weft bench throughput` vs `llama-batched-bench`
 
@@ -293,8 +313,10 @@ Same rows, phases and arithmetic as `llama-batched-bench` (n_kv_max {tp_meta['n_
 {tp_meta['n_batch']}, n_ubatch {tp_meta['n_ubatch']}, unified KV cache on both: `-kvu`, which weft always uses).
 One difference by design: weft *samples* every generated token (greedy, through `generate()`), where
 batched-bench decodes random tokens, so weft's S_TG includes sampling, logit copies and scheduling.
+Each row is run as its own process, weft and batched-bench alternating row by row (seconds apart);
+speeds are medians over the repetitions, and each ratio is the median of the per-pair ratios.
 Target: weft >= {TP_TARGET}x on S_PP and S_TG at every level. The last column is the share of weft's T_TG
-spent outside `llama_decode`.
+spent outside `llama_decode`, and that time per generated token.
 
 {chr(10).join(tp_lines)}
 
