@@ -1,4 +1,5 @@
 // weft/types.hpp — small value types shared by the public headers.
+// Plain values: no ownership, safe to copy and read from any thread.
 #pragma once
 
 #include <cstdint>
