@@ -290,7 +290,14 @@ TEST(Deadline, FirstMicroBatchAlwaysCompletes) {
   weft::Executor ex(m, params(64, 8));
   auto c = ex.create();
   c.prompt(random_tokens(rng, m, 40, true));
-  const auto r = ex.step({.deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(1)});
+  // The first llama_decode starts before the deadline and ends after it,
+  // whatever the machine's speed: the hook holds it past the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  weft::detail::set_decode_hook(ex, [&](const llama_batch &) {
+    std::this_thread::sleep_until(deadline + std::chrono::milliseconds(10));
+    return 0;
+  });
+  const auto r = ex.step({.deadline = deadline});
   EXPECT_TRUE(r.deadline_hit);
   EXPECT_EQ(r.tokens_decoded, 8u);
   EXPECT_EQ(c.n_decoded(), 8u);
