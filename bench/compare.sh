@@ -11,8 +11,8 @@
 # PARALLEL=1,2,4,8,16,32 CTX=8192 BATCH=2048 UBATCH=512 MIXED="..." (extra
 # `weft bench mixed` flags) SPILL="--turns 2" FRAME="--frames 150" (flags of
 # `weft bench spill` / `frame`, run when the CLI has them) BUILD=build/release
-# OUT=$BUILD/bench-compare DOC=docs/BENCHMARKS.md. Default settings took 18
-# minutes on 2 cores that other builds kept busy.
+# OUT=$BUILD/bench-compare DOC=docs/BENCHMARKS.md. Default settings took 11
+# minutes on 2 cores that other builds kept busy (load average about 4.7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
