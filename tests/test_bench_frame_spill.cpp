@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_run.hpp"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,21 +20,8 @@ namespace fs = std::filesystem;
 
 const std::string kTiny = std::string(WEFT_TEST_MODELS) + "/tiny.gguf";
 
-struct Run {
-  int status = -1;
-  std::string output;
-};
-
-Run weft(const std::string &args) {
-  Run r;
-  FILE *p = ::popen((std::string(WEFT_CLI) + " " + args + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using Run = weft_test::CliRun;
+Run weft(const std::string &args) { return weft_test::run_cli(args); }
 
 fs::path json_path(const std::string &name) {
   return fs::temp_directory_path() / ("weft-bench2-" + name + "-" + std::to_string(::getpid()) + ".json");
