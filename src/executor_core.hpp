@@ -207,6 +207,11 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   void deliver_events();
 };
 
+// Throws Errc::invalid_argument for a StepBudget outside its documented
+// ranges; shared by step() and start() so a worker never starts with a
+// budget every step would refuse.
+void check_budget(const StepBudget &b, std::uint32_t n_batch);
+
 struct ConvHandle {
   std::shared_ptr<ExecutorCore> core;
   std::uint64_t id = 0;

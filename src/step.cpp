@@ -19,6 +19,8 @@ std::int64_t to_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
+}  // namespace
+
 void check_budget(const StepBudget &b, std::uint32_t n_batch) {
   if (b.max_tokens && (*b.max_tokens == 0 || *b.max_tokens > n_batch)) {
     fail(Errc::invalid_argument,
@@ -28,8 +30,6 @@ void check_budget(const StepBudget &b, std::uint32_t n_batch) {
     fail(Errc::invalid_argument, fmt::format("StepBudget.max_time = {} us must be > 0", b.max_time->count()));
   }
 }
-
-}  // namespace
 
 StepResult ExecutorCore::step(const StepBudget &budget) {
   const auto t0 = Clock::now();

@@ -45,10 +45,7 @@ void Executor::start(const WorkerParams &params) {
     detail::fail(Errc::invalid_argument,
                  fmt::format("WorkerParams.idle_wait = {} ms must be > 0", params.idle_wait.count()));
   }
-  if (params.budget.max_tokens && (*params.budget.max_tokens == 0 || *params.budget.max_tokens > c.params.n_batch)) {
-    detail::fail(Errc::invalid_argument, fmt::format("WorkerParams.budget.max_tokens = {} is outside [1, n_batch = {}]",
-                                                     *params.budget.max_tokens, c.params.n_batch));
-  }
+  detail::check_budget(params.budget, c.params.n_batch);
   if (params.budget.deadline) {
     detail::fail(Errc::invalid_argument, "WorkerParams.budget.deadline: an absolute deadline cannot repeat; use max_time");
   }

@@ -106,6 +106,10 @@ TEST(Worker, StopHandsBackQueuedWork) {
   }
   expect_logits_of(c, h);
   EXPECT_TRUE(throws_weft_invalid([&] { ex.start({.idle_wait = std::chrono::milliseconds(0)}); }));
+  // A budget every step would refuse is refused up front, not in a silent loop.
+  EXPECT_TRUE(throws_weft_invalid([&] { ex.start({.budget = {.max_time = std::chrono::microseconds(0)}}); }));
+  EXPECT_TRUE(throws_weft_invalid([&] { ex.start({.budget = {.max_tokens = 17}}); }));
+  EXPECT_FALSE(ex.running());
 }
 
 TEST(Worker, DestructorStopsTheWorker) {
