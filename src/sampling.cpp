@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <exception>
 
 #include "internal.hpp"
@@ -75,6 +76,10 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
   cur_.resize(static_cast<std::size_t>(m.n_vocab));
   rng_ = 0x6a09e667f3bcc909ull ^ (static_cast<std::uint64_t>(params_.seed) * 0x9e3779b97f4a7c15ull);
   journal_keep_ = grammar_ ? 0 : static_cast<std::size_t>(std::max(0, last_n));
+  // Mirrors llama_sampler_penalties::is_disabled(): apply() and accept() then do nothing.
+  const bool penalties_off = last_n == 0 || (params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
+                                              params_.presence_penalty == 0.0f);
+  fast_greedy_ = params_.temperature == 0.0f && !grammar_ && penalties_off;
 }
 
 namespace {
@@ -136,14 +141,77 @@ Sampler Sampler::clone() const {
   out.rng_ = rng_;
   out.journal_ = journal_;
   out.journal_keep_ = journal_keep_;
+  out.fast_greedy_ = fast_greedy_;
   return out;
 }
 
-Token Sampler::sample(std::span<const float> logits) {
+void Sampler::check_size(std::span<const float> logits) const {
   if (logits.size() != cur_.size()) {
     fail(Errc::invalid_argument,
          fmt::format("logits has {} entries, but the vocabulary has {} tokens", logits.size(), cur_.size()));
   }
+}
+
+Token Sampler::sample(std::span<const float> logits) {
+  return fast_greedy_ ? sample_argmax(logits) : sample_chain(logits);
+}
+
+Token Sampler::sample_argmax(std::span<const float> logits) const {
+  check_size(logits);
+  const float *p = logits.data();
+  const std::size_t n = logits.size();
+  // Pass 1: the maximum and whether any entry is NaN. `l > m ? l : m` never
+  // picks a NaN and is exactly one SIMD max instruction, so with GCC/Clang
+  // vector types the loop runs 16 floats per iteration in 4 independent lanes.
+  float max_logit = -INFINITY;
+  bool nan = false;
+  std::size_t i = 0;
+#if defined(__GNUC__) || defined(__clang__)
+  using V = float __attribute__((vector_size(16)));
+  using M = std::int32_t __attribute__((vector_size(16)));
+  const V lo = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  V m0 = lo, m1 = lo, m2 = lo, m3 = lo;
+  M bad = {0, 0, 0, 0};
+  for (; i + 16 <= n; i += 16) {
+    V a, b, c, d;
+    std::memcpy(&a, p + i, sizeof(V));
+    std::memcpy(&b, p + i + 4, sizeof(V));
+    std::memcpy(&c, p + i + 8, sizeof(V));
+    std::memcpy(&d, p + i + 12, sizeof(V));
+    bad |= (a != a) | (b != b) | (c != c) | (d != d);
+    m0 = a > m0 ? a : m0;
+    m1 = b > m1 ? b : m1;
+    m2 = c > m2 ? c : m2;
+    m3 = d > m3 ? d : m3;
+  }
+  m0 = m1 > m0 ? m1 : m0;
+  m2 = m3 > m2 ? m3 : m2;
+  m0 = m2 > m0 ? m2 : m0;
+  for (int k = 0; k < 4; ++k) {
+    nan |= bad[k] != 0;
+    max_logit = m0[k] > max_logit ? m0[k] : max_logit;
+  }
+#endif
+  for (; i < n; ++i) {
+    nan |= p[i] != p[i];
+    max_logit = p[i] > max_logit ? p[i] : max_logit;
+  }
+  // The same errors, in the same order, as the chain path.
+  if (nan) {
+    for (std::size_t j = 0; j < n; ++j) {
+      if (std::isnan(p[j])) fail(Errc::invalid_argument, fmt::format("logits[{}] is NaN", j));
+    }
+  }
+  if (max_logit == -INFINITY) fail(Errc::invalid_argument, "every logit is -inf: no token can be sampled");
+  // Pass 2: the first entry equal to the maximum, which is what llama.cpp's
+  // greedy stage picks (it moves only on a strictly greater logit; -0 == +0).
+  std::size_t at = 0;
+  while (!(p[at] == max_logit)) ++at;
+  return static_cast<Token>(at);
+}
+
+Token Sampler::sample_chain(std::span<const float> logits) {
+  check_size(logits);
   float max_logit = -INFINITY;
   for (std::size_t i = 0; i < cur_.size(); ++i) {
     const float l = logits[i];

@@ -58,7 +58,19 @@ class Sampler {
   // (together with -inf logits) leaves nothing to choose, or when every logit
   // is -inf. weft's own work here does not allocate; llama.cpp's grammar and
   // top_p stages may.
+  //
+  // When the chain is a plain argmax (temperature 0, no grammar, penalties
+  // that llama.cpp's penalty stage skips: penalty_last_n 0, or repeat 1 with
+  // frequency and presence 0), sample() takes the argmax directly instead of
+  // filling a candidate array and running the chain: the same token (the
+  // first of equal maxima, as llama.cpp's greedy stage), the same errors, and
+  // the same state (greedy draws no RNG; the chain's stages are stateless here).
   Token sample(std::span<const float> logits);
+  // sample() through the full llama.cpp chain, never the fast path. For tests
+  // and benchmarks that compare the two.
+  Token sample_chain(std::span<const float> logits);
+  // Whether sample() takes the argmax fast path (see above).
+  bool greedy_fast_path() const noexcept { return fast_greedy_; }
 
   // Records a generated token in the penalty history and advances the grammar.
   // Throws Errc::out_of_range for an id outside the vocabulary and
@@ -105,6 +117,9 @@ class Sampler {
   std::uint64_t rng_ = 0;
   std::vector<std::int32_t> journal_;
   std::size_t journal_keep_ = 0;  // 0 = keep all (a grammar needs the whole history)
+  bool fast_greedy_ = false;      // the chain is [penalties, off] -> greedy: sample() is an argmax
+  Token sample_argmax(std::span<const float> logits) const;
+  void check_size(std::span<const float> logits) const;
   void journal_push(std::int32_t entry);
 };
 

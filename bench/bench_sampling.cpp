@@ -1,0 +1,78 @@
+// Cost of one greedy sample over a 32000-token vocabulary (the tiny model's
+// SPM tokenizer, generated into a temp file): Sampler::sample() (the argmax
+// fast path), Sampler::sample_chain() (candidate array + llama.cpp's chain),
+// a plain std::max_element, and the per-token logit copy a step makes.
+// Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include "sampling.hpp"
+#include "weft/make_model.hpp"
+#include "weft/model.hpp"
+
+namespace {
+
+const weft::Model &model() {
+  static const weft::Model m = [] {
+    const auto path = std::filesystem::temp_directory_path() / "weft-bench-sampling-tiny.gguf";
+    if (!std::filesystem::exists(path)) weft::make_model({.preset = weft::ModelPreset::tiny, .out = path.string()});
+    return weft::Model::load({.path = path.string()});
+  }();
+  return m;
+}
+
+std::vector<std::vector<float>> logit_set() {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::vector<std::vector<float>> out(16, std::vector<float>(static_cast<std::size_t>(model().n_vocab())));
+  for (auto &v : out)
+    for (auto &x : v) x = dist(rng);
+  return out;
+}
+
+void BM_SampleGreedyFast(benchmark::State &state) {
+  weft::detail::Sampler s(model(), {});
+  const auto set = logit_set();
+  std::size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(s.sample(set[i++ % set.size()]));
+}
+
+void BM_SampleGreedyChain(benchmark::State &state) {
+  weft::detail::Sampler s(model(), {});
+  const auto set = logit_set();
+  std::size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(s.sample_chain(set[i++ % set.size()]));
+}
+
+void BM_MaxElement(benchmark::State &state) {
+  const auto set = logit_set();
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const auto &v = set[i++ % set.size()];
+    benchmark::DoNotOptimize(std::max_element(v.begin(), v.end()) - v.begin());
+  }
+}
+
+void BM_LogitCopy(benchmark::State &state) {
+  const auto set = logit_set();
+  std::vector<float> dst;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const auto &v = set[i++ % set.size()];
+    dst.assign(v.begin(), v.end());
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_SampleGreedyFast);
+BENCHMARK(BM_SampleGreedyChain);
+BENCHMARK(BM_MaxElement);
+BENCHMARK(BM_LogitCopy);
+BENCHMARK_MAIN();
