@@ -20,7 +20,9 @@
 
 #include "file_io.hpp"
 #include "internal.hpp"
+#include "model_writer.hpp"
 #include "weft/make_model.hpp"
+#include "weft/train.hpp"
 
 namespace weft {
 namespace {
@@ -126,19 +128,21 @@ struct TensorSpec {
   float std;         // 0 = constant 1 (norm weights)
 };
 
-std::vector<TensorSpec> tensor_list(const ModelShape &s, int64_t n_vocab) {
+std::vector<TensorSpec> tensor_list(const ModelShape &s, int64_t n_vocab, float std_embd, float std_kv) {
   const int64_t head = s.n_embd / s.n_head;
   const int64_t q = head * s.n_head, kv = head * s.n_head_kv;
   const float std = 0.02f;
+  if (std_embd <= 0) std_embd = std;
+  if (std_kv <= 0) std_kv = std;
   const float proj = std / std::sqrt(2.0f * static_cast<float>(s.n_layer));
   std::vector<TensorSpec> t;
-  t.push_back({"token_embd.weight", s.n_embd, n_vocab, true, std});
+  t.push_back({"token_embd.weight", s.n_embd, n_vocab, true, std_embd});
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     t.push_back({b + "attn_norm.weight", s.n_embd, 1, false, 0});
     t.push_back({b + "attn_q.weight", s.n_embd, q, true, std});
-    t.push_back({b + "attn_k.weight", s.n_embd, kv, true, std});
-    t.push_back({b + "attn_v.weight", s.n_embd, kv, true, std});
+    t.push_back({b + "attn_k.weight", s.n_embd, kv, true, std_kv});
+    t.push_back({b + "attn_v.weight", s.n_embd, kv, true, std_kv});
     t.push_back({b + "attn_output.weight", q, s.n_embd, true, proj});
     t.push_back({b + "ffn_norm.weight", s.n_embd, 1, false, 0});
     t.push_back({b + "ffn_gate.weight", s.n_embd, s.n_ff, true, std});
@@ -158,6 +162,10 @@ ModelShape preset_shape(ModelPreset preset) noexcept {
     case ModelPreset::tiny: return {2, 64, 4, 2, 256, 4096, false, WeightType::f32};
     case ModelPreset::small: return {30, 576, 9, 3, 1536, 8192, true, WeightType::q8_0};
     case ModelPreset::b1: return {22, 2048, 32, 4, 5632, 2048, false, WeightType::q4_0};
+    case ModelPreset::npc: {
+      const TrainParams t;
+      return {t.n_layer, t.n_embd, t.n_head, t.n_head, t.n_ff, t.n_ctx, false, WeightType::f32};
+    }
   }
   return {};
 }
@@ -167,15 +175,16 @@ const char *preset_name(ModelPreset preset) noexcept {
     case ModelPreset::tiny: return "tiny";
     case ModelPreset::small: return "small";
     case ModelPreset::b1: return "1b";
+    case ModelPreset::npc: return "npc";
   }
   return "?";
 }
 
 ModelPreset parse_preset(const std::string &name) {
-  for (auto p : {ModelPreset::tiny, ModelPreset::small, ModelPreset::b1}) {
+  for (auto p : {ModelPreset::tiny, ModelPreset::small, ModelPreset::b1, ModelPreset::npc}) {
     if (name == preset_name(p)) return p;
   }
-  detail::fail(Errc::invalid_argument, fmt::format("unknown model preset '{}' (expected tiny, small or 1b)", name));
+  detail::fail(Errc::invalid_argument, fmt::format("unknown model preset '{}' (expected tiny, small, 1b or npc)", name));
 }
 
 const char *weight_type_name(WeightType type) noexcept {
@@ -197,11 +206,11 @@ WeightType parse_weight_type(const std::string &name) {
 
 const char *default_vocab_path() noexcept { return WEFT_DEFAULT_VOCAB; }
 
-void make_model(const MakeModelParams &params) {
+void detail::write_random_model(const RandomModelSpec &spec) {
   detail::ensure_backend();
-  if (params.out.empty()) detail::fail(Errc::invalid_argument, "MakeModelParams.out is empty");
-  const ModelShape shape = preset_shape(params.preset);
-  const WeightType wtype = params.type.value_or(shape.default_type);
+  if (spec.out.empty()) detail::fail(Errc::invalid_argument, "MakeModelParams.out is empty");
+  const ModelShape &shape = spec.shape;
+  const WeightType wtype = spec.type;
   const ggml_type mat_type = to_ggml(wtype);
   const int64_t blck = ggml_blck_size(mat_type);
   for (int64_t width : {int64_t(shape.n_embd), int64_t(shape.n_ff)}) {
@@ -211,7 +220,7 @@ void make_model(const MakeModelParams &params) {
     }
   }
 
-  const std::string vocab_path = params.vocab.empty() ? default_vocab_path() : params.vocab;
+  const std::string vocab_path = spec.vocab.empty() ? default_vocab_path() : spec.vocab;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(vocab_path, ec)) {
     detail::fail(Errc::not_found, fmt::format("vocabulary file '{}' does not exist", vocab_path));
@@ -226,7 +235,7 @@ void make_model(const MakeModelParams &params) {
   GgufPtr out(gguf_init_empty());
   gguf_context *g = out.get();
   gguf_set_val_str(g, "general.architecture", "llama");
-  gguf_set_val_str(g, "general.name", fmt::format("weft-{}-seed{}", preset_name(params.preset), params.seed).c_str());
+  gguf_set_val_str(g, "general.name", fmt::format("weft-{}-seed{}", spec.preset, spec.seed).c_str());
   gguf_set_val_u32(g, "general.file_type", static_cast<uint32_t>(to_ftype(wtype)));
   gguf_set_val_u32(g, "general.quantization_version", GGML_QNT_VERSION);
   gguf_set_val_u32(g, "llama.context_length", static_cast<uint32_t>(shape.n_ctx_train));
@@ -239,11 +248,10 @@ void make_model(const MakeModelParams &params) {
   gguf_set_val_f32(g, "llama.rope.freq_base", 10000.0f);
   gguf_set_val_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
   gguf_set_val_u32(g, "llama.vocab_size", static_cast<uint32_t>(n_vocab));
-  gguf_set_val_str(g, "weft.preset", preset_name(params.preset));
-  gguf_set_val_u64(g, "weft.seed", params.seed);
+  gguf_set_val_str(g, "weft.preset", spec.preset.c_str());
+  gguf_set_val_u64(g, "weft.seed", spec.seed);
   copy_tokenizer(g, vocab.get());
-
-  const auto specs = tensor_list(shape, n_vocab);
+  const auto specs = tensor_list(shape, n_vocab, spec.std_embd, spec.std_kv);
   ggml_init_params ip{ggml_tensor_overhead() * (specs.size() + 8), nullptr, /*no_alloc=*/true};
   GgmlPtr meta(ggml_init(ip));
   std::vector<ggml_tensor *> tensors;
@@ -257,7 +265,7 @@ void make_model(const MakeModelParams &params) {
     total_bytes += ggml_nbytes(t);
   }
 
-  detail::TempFile file(params.out);
+  detail::TempFile file(spec.out);
   std::vector<char> header(gguf_get_meta_size(g));
   gguf_get_meta_data(g, header.data());
   file.write(header.data(), header.size());
@@ -274,8 +282,9 @@ void make_model(const MakeModelParams &params) {
     if (s.std == 0) {
       std::fill(f32.begin(), f32.end(), 1.0f);
     } else {
-      fill_normal(f32, params.seed, s.name.c_str(), s.std);
+      fill_normal(f32, spec.seed, s.name.c_str(), s.std);
     }
+
     const std::size_t nbytes = ggml_nbytes(t);
     const char *data = reinterpret_cast<const char *>(f32.data());
     if (t->type == GGML_TYPE_F16) {
@@ -291,9 +300,34 @@ void make_model(const MakeModelParams &params) {
     const std::size_t pad = (align - nbytes % align) % align;
     file.write(zeros, pad);
     done += nbytes;
-    if (params.on_progress) params.on_progress(static_cast<float>(done) / static_cast<float>(total_bytes));
+    if (spec.on_progress) spec.on_progress(static_cast<float>(done) / static_cast<float>(total_bytes));
   }
   file.commit();
+}
+
+void make_model(const MakeModelParams &params) {
+  if (params.preset == ModelPreset::npc) {
+    if (params.type && *params.type != WeightType::f32) {
+      detail::fail(Errc::invalid_argument, fmt::format("the npc preset is trained in f32; type {} is not supported",
+                                                       weight_type_name(*params.type)));
+    }
+    TrainParams t;
+    t.seed = params.seed;
+    t.corpus.seed = params.seed;
+    t.out = params.out;
+    t.vocab = params.vocab;
+    if (params.on_progress) t.on_progress = [&](const TrainProgress &p) { params.on_progress(float(p.fraction)); };
+    train_npc_model(t);
+    return;
+  }
+  const ModelShape shape = preset_shape(params.preset);
+  detail::write_random_model({.shape = shape,
+                              .type = params.type.value_or(shape.default_type),
+                              .preset = preset_name(params.preset),
+                              .seed = params.seed,
+                              .out = params.out,
+                              .vocab = params.vocab,
+                              .on_progress = params.on_progress});
 }
 
 }  // namespace weft

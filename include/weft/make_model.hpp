@@ -23,6 +23,7 @@ enum class ModelPreset {
   tiny,   // 2 layers, 64 wide, 4 heads / 2 KV heads: property tests
   small,  // SmolLM2-135M shape: 30 layers, 576 wide, 9 heads / 3 KV heads
   b1,     // TinyLlama-1.1B shape: 22 layers, 2048 wide, 32 heads / 4 KV heads
+  npc,    // trained on NPC dialogue (weft/train.hpp): 4 layers, 128 wide, f32
 };
 
 enum class WeightType { f32, f16, q8_0, q4_0 };
@@ -40,7 +41,7 @@ struct ModelShape {
 
 // The shape of a preset. Pure.
 WEFT_API ModelShape preset_shape(ModelPreset preset) noexcept;
-// "tiny" | "small" | "1b" and back; parse throws Errc::invalid_argument.
+// "tiny" | "small" | "1b" | "npc" and back; parse throws Errc::invalid_argument.
 WEFT_API const char *preset_name(ModelPreset preset) noexcept;
 WEFT_API ModelPreset parse_preset(const std::string &name);
 WEFT_API const char *weight_type_name(WeightType type) noexcept;
@@ -60,7 +61,10 @@ struct MakeModelParams {
   std::function<void(float progress)> on_progress;
 };
 
-// Writes the model. Throws Error: invalid_argument (bad shape or type),
+// Writes the model. The npc preset trains with train_npc_model() and
+// TrainParams defaults (seed -> both weight and corpus seed; f32 only), which
+// takes minutes; call train_npc_model() for its report and finer control.
+// Throws Error: invalid_argument (bad shape or type),
 // not_found/corrupt (vocabulary file), io (output not writable, disk full);
 // never leaves a partial file at `out`.
 WEFT_API void make_model(const MakeModelParams &params);

@@ -9,5 +9,6 @@
 #include "weft/make_model.hpp"
 #include "weft/model.hpp"
 #include "weft/sampling.hpp"
+#include "weft/train.hpp"
 #include "weft/types.hpp"
 #include "weft/version.hpp"

@@ -23,28 +23,36 @@ using Clock = std::chrono::steady_clock;
 struct Npc {
   const char *name;
   const char *role;
-  const char *greeting;
+  const char *opening;  // the player's first line
 };
 
+// Roles and lines in the style of the npc preset's corpus (weft/train.hpp).
 constexpr Npc kNpcs[] = {
-    {"Brenna", "blacksmith", "Player: I need a sword that will not break.\n"},
-    {"Oswin", "innkeeper", "Player: Is there a room free tonight?\n"},
-    {"Mara", "town guard", "Player: Has anything strange happened at the gate?\n"},
-    {"Tobias", "merchant", "Player: What are you selling today?\n"},
-    {"Elda", "healer", "Player: My arm was cut by a wolf.\n"},
-    {"Finn", "bard", "Player: Sing me something about the old king.\n"},
-    {"Hilde", "farmer", "Player: How was the harvest this year?\n"},
-    {"Corvin", "scholar", "Player: What do the runes on the tower mean?\n"},
-    {"Ysolde", "alchemist", "Player: Can you brew a potion against fever?\n"},
-    {"Garrick", "hunter", "Player: Where can I find deer in these woods?\n"},
-    {"Nell", "baker", "Player: What smells so good this morning?\n"},
-    {"Alaric", "mayor", "Player: Why are taxes so high this year?\n"},
+    {"Brenna", "blacksmith", "Good morning, Brenna."},
+    {"Oswin", "innkeeper", "Hello, Oswin."},
+    {"Mara", "town guard", "Greetings, Mara."},
+    {"Tobias", "merchant", "Well met, Tobias."},
+    {"Elda", "healer", "Good evening, Elda."},
+    {"Finn", "bard", "Hello, Finn."},
+    {"Hilde", "farmer", "Good morning, Hilde."},
+    {"Corvin", "scholar", "Greetings, Corvin."},
+    {"Ysolde", "alchemist", "Well met, Ysolde."},
+    {"Garrick", "hunter", "Good evening, Garrick."},
+    {"Nell", "baker", "Good morning, Nell."},
+    {"Rowan", "fisher", "Hello, Rowan."},
 };
 
+// The shared prefix every NPC forks from: one finished dialogue, as the
+// corpus separates them, so each NPC's own dialogue starts in context.
 constexpr const char *kSystem =
-    "This is a conversation in the town of Eldermoor, a quiet place between the river and the old forest. "
-    "The townsfolk are friendly but wary of strangers. Each answer is short, in character, and mentions "
-    "something about the town: the market, the mill, the ruined tower, or the forest road.\n";
+    "Alaric is the merchant of Eldermoor.\n"
+    "Player: Hello, Alaric.\n"
+    "Alaric: Welcome to my stall, traveller.\n"
+    "Player: Have you heard any news?\n"
+    "Alaric: They say a wolf was seen near the old mill last night.\n"
+    "Player: Farewell, Alaric.\n"
+    "Alaric: Farewell, traveller. Safe travels.\n"
+    "\n";
 
 // The last `width` code points of `text`, on one line, without control bytes.
 std::string tail_line(const std::string &text, std::size_t width) {
@@ -71,14 +79,15 @@ struct Live {
 void add_demo(CLI::App &app) {
   struct Opts {
     std::string model;
-    unsigned npcs = 8, max_tokens = 64, ctx = 4096, batch = 256, seed = 1;
+    unsigned npcs = 8, max_tokens = 96, ctx = 4096, batch = 256, seed = 1;
     int threads = 0;
     float temperature = 0.8f;
     bool plain = false;
   };
   auto o = std::make_shared<Opts>();
   auto *cmd = app.add_subcommand("demo", "NPC dialogues generating together on one context, with a live view");
-  cmd->add_option("-m,--model", o->model, "GGUF model (default: the generated small model, made on first use)");
+  cmd->add_option("-m,--model", o->model,
+                  "GGUF model (default: the trained npc model, trained into the cache on first use)");
   cmd->add_option("--npcs", o->npcs, "NPC conversations")->check(CLI::Range(1u, 12u))->capture_default_str();
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens per NPC reply")->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
@@ -89,7 +98,7 @@ void add_demo(CLI::App &app) {
   cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
   cmd->add_flag("--plain", o->plain, "No live view (also when stdout is not a terminal)");
   cmd->callback([o] {
-    const std::string path = o->model.empty() ? ensure_preset_model("small", 1) : o->model;
+    const std::string path = o->model.empty() ? ensure_preset_model("npc", 0) : o->model;
     ProgressBar bar("loading");
     auto model = weft::Model::load({.path = path, .on_progress = [&](float f) {
                                       bar.update(f);
@@ -113,14 +122,14 @@ void add_demo(CLI::App &app) {
     for (unsigned i = 0; i < o->npcs; ++i) {
       const Npc &npc = kNpcs[i];
       auto conv = system.fork();
-      conv.prompt(fmt::format("{} is the {} of Eldermoor.\n{}{}:", npc.name, npc.role, npc.greeting, npc.name));
+      conv.prompt(fmt::format("{}Player: {}\n{}:", weft::npc_header(npc.name, npc.role), npc.opening, npc.name));
       auto gen = conv.generate({.max_tokens = o->max_tokens,
                                 .sampler = weft::SamplerParams{.temperature = o->temperature,
                                                                .top_k = 40,
                                                                .top_p = 0.95f,
                                                                .repeat_penalty = 1.1f,
                                                                .seed = o->seed + i},
-                                .stop = {"\nPlayer:"}});
+                                .stop = {"\n\n"}});  // the end of a dialogue
       npcs.push_back({npc, conv, gen});
     }
 
@@ -181,7 +190,13 @@ void add_demo(CLI::App &app) {
       fmt::print("{:>7} {:<10} {:>6} {:>9.2f} {:>8.2f}  {}\n", n.npc.name, n.npc.role, r.tokens.size(),
                  n.first_token_s, n.done_s, weft::finish_reason_name(r.reason));
     }
-    fmt::print("\n{} NPCs, {} tokens generated in {:.1f} s ({:.1f} tok/s), {} steps (p50 {:.1f} ms, p99 {:.1f} ms)\n",
+    fmt::print("\n");
+    for (auto &n : npcs) {
+      fmt::print("{}Player: {}\n{}:{}\n", weft::npc_header(n.npc.name, n.npc.role), n.npc.opening, n.npc.name,
+                 n.gen.text());
+      if (!n.gen.text().ends_with("\n")) fmt::print("\n");
+    }
+    fmt::print("{} NPCs, {} tokens generated in {:.1f} s ({:.1f} tok/s), {} steps (p50 {:.1f} ms, p99 {:.1f} ms)\n",
                npcs.size(), generated, total_s, static_cast<double>(generated) / total_s, s.steps, s.step_ms_p50,
                s.step_ms_p99);
     fmt::print("KV cells in use: {} (the {}-token system prompt is shared: {} without forking)\n", s.cells_used,

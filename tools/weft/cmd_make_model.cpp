@@ -1,32 +1,100 @@
-// weft make-model: write a generated GGUF.
+// weft make-model: write a generated GGUF (random presets) or a trained one (npc).
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <memory>
 
+#include <unistd.h>
+
 #include "commands.hpp"
+#include "model_cache.hpp"
 #include "progress.hpp"
 #include "weft/weft.hpp"
 
 namespace weft_cli {
+namespace {
+
+// Copies the cached model to `out` through a temp file and a rename, so `out`
+// is either the old file or the whole new one.
+void copy_atomic(const std::string &from, const std::string &out) {
+  if (std::filesystem::exists(out) && std::filesystem::equivalent(from, out)) return;
+  const std::string tmp = fmt::format("{}.tmp.{}", out, ::getpid());
+  std::error_code ec;
+  std::filesystem::copy_file(from, tmp, std::filesystem::copy_options::overwrite_existing, ec);
+  if (!ec) std::filesystem::rename(tmp, out, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw weft::Error(weft::Errc::io, fmt::format("could not write '{}': {}", out, ec.message()));
+  }
+}
+
+}  // namespace
 
 void add_make_model(CLI::App &app) {
   struct Opts {
     std::string preset = "tiny", type, out, vocab;
     std::uint64_t seed = 0;
-    bool quiet = false;
+    bool quiet = false, no_cache = false;
+    weft::TrainParams train;
   };
   auto o = std::make_shared<Opts>();
-  auto *cmd = app.add_subcommand("make-model", "Write a llama-architecture GGUF with seeded random weights");
-  cmd->add_option("--preset", o->preset, "tiny | small | 1b")->check(CLI::IsMember({"tiny", "small", "1b"}))
+  auto *cmd = app.add_subcommand("make-model",
+                                 "Write a llama-architecture GGUF: seeded random weights (tiny, small, 1b) or trained "
+                                 "on generated NPC dialogue (npc)");
+  cmd->add_option("--preset", o->preset, "tiny | small | 1b | npc")
+      ->check(CLI::IsMember({"tiny", "small", "1b", "npc"}))
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Weight seed (same seed, same bytes)")->capture_default_str();
-  cmd->add_option("--type", o->type, "Matrix type: f32 | f16 | q8_0 | q4_0 (default: the preset's)")
+  cmd->add_option("--seed", o->seed, "Weight seed (same seed, same bytes); for npc also the corpus seed")
+      ->capture_default_str();
+  cmd->add_option("--type", o->type, "Matrix type: f32 | f16 | q8_0 | q4_0 (default: the preset's; npc: f32 only)")
       ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}));
   cmd->add_option("--out", o->out, "Output GGUF path")->required();
   cmd->add_option("--vocab", o->vocab, "GGUF to copy the tokenizer from")->default_str(weft::default_vocab_path());
   cmd->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
+  auto &tp = o->train;
+  const char *g = "npc training";
+  cmd->add_option("--epochs", tp.epochs, "Passes over the corpus")->capture_default_str()->group(g);
+  cmd->add_option("--corpus-bytes", tp.corpus.target_bytes, "Corpus size in bytes")->capture_default_str()->group(g);
+  cmd->add_option("--layers", tp.n_layer, "Transformer blocks")->capture_default_str()->group(g);
+  cmd->add_option("--embd", tp.n_embd, "Model width")->capture_default_str()->group(g);
+  cmd->add_option("--heads", tp.n_head, "Attention heads")->capture_default_str()->group(g);
+  cmd->add_option("--ff", tp.n_ff, "Feed-forward width")->capture_default_str()->group(g);
+  cmd->add_option("--train-ctx", tp.n_ctx, "Training window (multiple of 256)")->capture_default_str()->group(g);
+  cmd->add_option("--train-batch", tp.n_batch, "Tokens per optimizer step")->capture_default_str()->group(g);
+  cmd->add_option("--lr", tp.lr, "Peak learning rate")->capture_default_str()->group(g);
+  cmd->add_option("--lr-min", tp.lr_min, "Final learning rate")->capture_default_str()->group(g);
+  cmd->add_option("--warmup", tp.warmup_steps, "Warm-up optimizer steps")->capture_default_str()->group(g);
+  cmd->add_option("--threads", tp.n_threads, "CPU threads (0 = all)")->capture_default_str()->group(g);
+  cmd->add_flag("--no-cache", o->no_cache, "Train even when the cache holds this model; do not cache it")->group(g);
   cmd->callback([o] {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    if (o->preset == "npc") {
+      if (!o->type.empty() && o->type != "f32") {
+        throw weft::Error(weft::Errc::invalid_argument,
+                          fmt::format("--type {}: the npc preset is trained and written in f32", o->type));
+      }
+      weft::TrainParams t = o->train;
+      t.seed = o->seed;
+      t.corpus.seed = o->seed;
+      t.vocab = o->vocab;
+      if (o->no_cache) {
+        t.out = o->out;
+        t.on_progress = train_progress(o->quiet);
+        const auto r = weft::train_npc_model(t);
+        fmt::print("held-out accuracy {:.1f}% (untrained {:.1f}%), loss {:.3f} (untrained {:.3f}); train accuracy "
+                   "{:.1f}% loss {:.3f}; {} train / {} held-out tokens, {} steps, {:.1f} s\n",
+                   100 * r.eval_accuracy, 100 * r.eval_accuracy_before, r.eval_loss, r.eval_loss_before,
+                   100 * r.train_accuracy, r.train_loss, r.train_tokens, r.eval_tokens, r.optimizer_steps, r.seconds);
+        return;
+      }
+      copy_atomic(ensure_npc_model(t, o->quiet), o->out);
+      if (!o->quiet) fmt::print("wrote {} (npc preset, seed {}) in {:.1f} s\n", o->out, o->seed, seconds());
+      return;
+    }
     weft::MakeModelParams p;
     p.preset = weft::parse_preset(o->preset);
     p.seed = o->seed;
@@ -35,14 +103,39 @@ void add_make_model(CLI::App &app) {
     p.vocab = o->vocab;
     ProgressBar bar(fmt::format("make-model {}", o->preset), !o->quiet);
     p.on_progress = [&bar](float f) { bar.update(f); };
-    const auto t0 = std::chrono::steady_clock::now();
     weft::make_model(p);
     bar.finish();
     if (!o->quiet) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const auto shape = weft::preset_shape(p.preset);
       fmt::print("wrote {} ({} preset, {} layers x {} wide, {}, seed {}) in {:.1f} s\n", p.out, o->preset,
-                 shape.n_layer, shape.n_embd, weft::weight_type_name(p.type.value_or(shape.default_type)), p.seed, s);
+                 shape.n_layer, shape.n_embd, weft::weight_type_name(p.type.value_or(shape.default_type)), p.seed,
+                 seconds());
+    }
+  });
+}
+
+void add_corpus(CLI::App &app) {
+  auto params = std::make_shared<weft::CorpusParams>();
+  auto out = std::make_shared<std::string>();
+  auto *cmd = app.add_subcommand("corpus", "Print (or write) the generated NPC dialogue the npc preset trains on");
+  cmd->add_option("--seed", params->seed, "Corpus seed")->capture_default_str();
+  cmd->add_option("--bytes", params->target_bytes, "Approximate size")->capture_default_str();
+  cmd->add_option("--out", *out, "Write to this file instead of stdout (atomically)");
+  cmd->callback([params, out] {
+    const std::string text = weft::make_npc_corpus(*params);
+    if (out->empty()) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      return;
+    }
+    const std::string tmp = fmt::format("{}.tmp.{}", *out, ::getpid());
+    std::FILE *f = std::fopen(tmp.c_str(), "wb");
+    const bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (f != nullptr && std::fclose(f) != 0) throw weft::Error(weft::Errc::io, fmt::format("could not write '{}'", tmp));
+    std::error_code ec;
+    if (ok) std::filesystem::rename(tmp, *out, ec);
+    if (!ok || ec) {
+      std::filesystem::remove(tmp, ec);
+      throw weft::Error(weft::Errc::io, fmt::format("could not write '{}'", *out));
     }
   });
 }

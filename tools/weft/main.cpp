@@ -16,6 +16,7 @@ int main(int argc, char **argv) {
     if (verbose) weft::set_log_sink(weft::stderr_log_sink(), weft::LogLevel::info);
   });
   weft_cli::add_make_model(app);
+  weft_cli::add_corpus(app);
   weft_cli::add_info(app);
   weft_cli::add_demo(app);
   weft_cli::add_bench(app);

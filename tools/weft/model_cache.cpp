@@ -4,6 +4,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
+
+#include <unistd.h>
 
 #include "progress.hpp"
 #include "weft/weft.hpp"
@@ -17,7 +20,55 @@ std::string cache_dir() {
   return ".weft-cache";
 }
 
+std::function<void(const weft::TrainProgress &)> train_progress(bool quiet) {
+  if (quiet) return {};
+  auto bar = std::make_shared<ProgressBar>("train npc");
+  auto next_line = std::make_shared<int>(1);
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  return [bar, next_line, tty](const weft::TrainProgress &p) {
+    const std::string status = fmt::format("epoch {}/{} loss {:.3f} acc {:.1f}%", p.epoch + 1, p.epochs,
+                                           p.train_loss, 100.0 * p.train_accuracy);
+    bar->update(static_cast<float>(p.fraction), status);
+    // Without a terminal (logs, CI) a line every tenth of the run instead.
+    if (!tty && p.fraction * 10 >= *next_line) {
+      fmt::print(stderr, "train npc {:3.0f}% {}\n", 100 * p.fraction, status);
+      *next_line = static_cast<int>(p.fraction * 10) + 1;
+    }
+    if (p.fraction >= 1.0) bar->finish();
+  };
+}
+
+std::string ensure_npc_model(weft::TrainParams params, bool quiet) {
+  const auto dir = std::filesystem::path(cache_dir()) / "models";
+  const auto path = dir / fmt::format("npc-{}.gguf", weft::npc_model_key(params));
+  if (std::filesystem::exists(path)) return path.string();
+  std::filesystem::create_directories(dir);
+  if (!quiet) {
+    fmt::print(stderr,
+               "weft: training the npc model into {} (once; a few minutes on 2 cores):\n"
+               "      {} layers x {} wide, {} epochs over {} KB of generated NPC dialogue\n",
+               path.string(), params.n_layer, params.n_embd, params.epochs, params.corpus.target_bytes / 1000);
+  }
+  params.out = path.string();
+  params.on_progress = train_progress(quiet);
+  const auto r = weft::train_npc_model(params);
+  if (!quiet) {
+    fmt::print(stderr,
+               "weft: trained in {:.0f} s, {} optimizer steps; held-out next-token accuracy {:.1f}% (untrained "
+               "{:.1f}%), loss {:.3f} (untrained {:.3f}); training accuracy {:.1f}%\n",
+               r.seconds, r.optimizer_steps, 100.0 * r.eval_accuracy, 100.0 * r.eval_accuracy_before, r.eval_loss,
+               r.eval_loss_before, 100.0 * r.train_accuracy);
+  }
+  return path.string();
+}
+
 std::string ensure_preset_model(const std::string &preset, unsigned seed) {
+  if (preset == "npc") {
+    weft::TrainParams t;
+    t.seed = seed;
+    t.corpus.seed = seed;
+    return ensure_npc_model(t);
+  }
   const auto dir = std::filesystem::path(cache_dir()) / "models";
   const auto path = dir / fmt::format("{}-seed{}.gguf", preset, seed);
   if (std::filesystem::exists(path)) return path.string();

@@ -1,14 +1,24 @@
 // Where the CLI keeps generated models when no --model is given.
 #pragma once
 
+#include <functional>
 #include <string>
+
+#include "weft/train.hpp"
 
 namespace weft_cli {
 
 // $WEFT_CACHE_DIR, else $XDG_CACHE_HOME/weft, else ~/.cache/weft.
 std::string cache_dir();
 // The path of a generated preset model, generating it (with a progress bar)
-// when it is not there yet.
+// when it is not there yet. "npc" trains with TrainParams defaults.
 std::string ensure_preset_model(const std::string &preset, unsigned seed);
+// The cached npc model for these training parameters (params.out is ignored):
+// cache_dir()/models/npc-<npc_model_key>.gguf, trained first when missing,
+// with a message and a progress bar on stderr unless quiet.
+std::string ensure_npc_model(weft::TrainParams params, bool quiet = false);
+// A TrainParams::on_progress that draws a bar with loss and accuracy on a
+// terminal and prints a line per tenth of the run otherwise; none if quiet.
+std::function<void(const weft::TrainProgress &)> train_progress(bool quiet);
 
 }  // namespace weft_cli

@@ -11,6 +11,8 @@ class ProgressBar {
   explicit ProgressBar(std::string label, bool enabled = true);
   ~ProgressBar();
   void update(float fraction);  // [0, 1]; redraws at most ~20 times a second
+  // As update(), with a short status after the percentage ("loss 1.23").
+  void update(float fraction, const std::string &status);
   void finish();
 
  private:

@@ -1,0 +1,100 @@
+// weft/train.hpp — the `npc` model: a seeded procedural corpus of NPC
+// dialogue and a small llama-architecture model trained on it on the CPU with
+// llama.cpp's public training API (llama_opt_init / llama_opt_epoch).
+//
+// No trained weights can be downloaded where weft is built, and random
+// weights print gibberish; this gives the demo a model that speaks in the
+// corpus's style after a few minutes of training on 2 cores.
+//
+// Thread-safety: every function is reentrant; calls on different output paths
+// may run concurrently (each trains its own model and context). Callbacks run
+// on the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "weft/export.hpp"
+
+namespace weft {
+
+struct CorpusParams {
+  std::uint64_t seed = 0;                 // default 0; same seed, same text
+  std::size_t target_bytes = 300'000;     // default 300 KB; 1 .. 1 GiB
+};
+
+// Dialogues, each a header line ("Brenna is the blacksmith of Eldermoor."),
+// alternating "Player: ..." / "<Name>: ..." lines, and a blank line. Pure and
+// deterministic: same params, same text on every platform. Stops at the first
+// dialogue that reaches target_bytes. Throws Errc::invalid_argument.
+WEFT_API std::vector<std::string> make_npc_dialogues(const CorpusParams &params);
+// The dialogues concatenated.
+WEFT_API std::string make_npc_corpus(const CorpusParams &params);
+
+// The header line make_npc_dialogues starts a dialogue with, for prompting a
+// trained model the way it was trained: "<name> is the <role> of Eldermoor.\n".
+WEFT_API std::string npc_header(const std::string &name, const std::string &role);
+
+struct TrainProgress {
+  int epoch = 0;          // 0-based epoch in progress
+  int epochs = 0;         // total epochs
+  double fraction = 0;    // of the whole run, in [0, 1]
+  double train_loss = 0;  // running mean over the epoch so far
+  double train_accuracy = 0;
+};
+
+struct TrainParams {
+  CorpusParams corpus;      // default seed 0, 300 KB
+  std::uint64_t seed = 0;   // weight initialisation and window order; default 0
+  int n_layer = 4;          // default 4
+  int n_embd = 128;         // default 128; n_head times an even head size
+  int n_head = 4;           // default 4
+  int n_ff = 384;           // default 384
+  int n_ctx = 256;          // training window in tokens; default 256 (a multiple of 256: llama.cpp pads contexts)
+  int n_batch = 32;         // tokens per optimizer step; default 32; divides n_ctx
+  int epochs = 2;           // default 2
+  float lr = 2e-4f;         // peak AdamW learning rate; default 2e-4
+  float lr_min = 2e-5f;     // end of the cosine decay; default 2e-5
+  int warmup_steps = 50;    // linear warm-up, in optimizer steps; default 50
+  float weight_decay = 0.0f;  // AdamW; default 0
+  float eval_share = 0.05f;   // held-out share of dialogues, in (0, 0.5]; default 0.05
+  int n_threads = 0;          // default 0 = all hardware threads
+  // Output GGUF (f32). Required. Written atomically: nothing appears at
+  // `out` unless training finished.
+  std::string out;
+  // GGUF to copy the tokenizer from; default: as MakeModelParams::vocab.
+  std::string vocab;
+  // Called after each optimizer step. Default none.
+  std::function<void(const TrainProgress &)> on_progress;
+  // Polled between optimizer steps; returning true stops training with
+  // Errc::cancelled and writes nothing. Default none.
+  std::function<bool()> cancel;
+};
+
+struct TrainReport {
+  double train_loss = 0;       // mean over the last epoch
+  double train_accuracy = 0;   // next-token accuracy, last epoch
+  double eval_loss_before = 0;       // held-out, untrained weights
+  double eval_accuracy_before = 0;
+  double eval_loss = 0;        // held-out, after training
+  double eval_accuracy = 0;
+  std::int64_t train_tokens = 0;  // per epoch
+  std::int64_t eval_tokens = 0;
+  std::int64_t optimizer_steps = 0;
+  double seconds = 0;          // wall time of the whole call
+};
+
+// Generates the corpus, initialises the model, trains it and writes `out`.
+// Throws Error: invalid_argument (a parameter outside its domain, named),
+// not_found/corrupt (vocabulary), io (output not writable, disk full),
+// cancelled; never leaves a partial file at `out`.
+WEFT_API TrainReport train_npc_model(const TrainParams &params);
+
+// A short hex key over everything that determines the trained weights
+// (corpus, seed, shape, schedule, weft's corpus/trainer version), for caching
+// trained models by content. Pure.
+WEFT_API std::string npc_model_key(const TrainParams &params);
+
+}  // namespace weft

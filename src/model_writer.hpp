@@ -1,0 +1,29 @@
+// Writes a llama-architecture GGUF with seeded random weights. Internal:
+// make_model() uses it for the random presets, train_npc_model() for the
+// initial weights it then trains.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "weft/make_model.hpp"
+
+namespace weft::detail {
+
+struct RandomModelSpec {
+  ModelShape shape;
+  WeightType type = WeightType::f32;
+  std::string preset;  // recorded as weft.preset and in general.name
+  std::uint64_t seed = 0;
+  std::string out;     // written atomically
+  std::string vocab;   // empty = default_vocab_path()
+  std::function<void(float)> on_progress;
+  // Std of token_embd and of attn_k/attn_v; 0 = the preset default 0.02.
+  float std_embd = 0;
+  float std_kv = 0;
+};
+
+void write_random_model(const RandomModelSpec &spec);
+
+}  // namespace weft::detail
