@@ -66,12 +66,22 @@ std::string tail_line(const std::string &text, std::size_t width) {
   return clean.substr(start);
 }
 
+// The player's lines after the opening, as a game would script them; the
+// NPC answers each one. Questions come from the corpus's topics.
+constexpr const char *kQuestions[] = {"What do you have for sale?", "Have you heard any news?",
+                                      "Is there any work for me?", "How is business?"};
+
 struct Live {
   Npc npc;
   weft::Conversation conv;
   weft::Generation gen;
+  std::vector<std::string> player;  // the scripted lines, opening first
+  std::size_t turn = 0;             // index of the line being answered
+  std::string transcript;           // finished exchanges
+  std::size_t tokens = 0;           // generated so far, all turns
   double first_token_s = -1;
   double done_s = -1;
+  bool finished() const { return turn >= player.size(); }
 };
 
 }  // namespace
@@ -79,13 +89,14 @@ struct Live {
 void add_demo(CLI::App &app) {
   struct Opts {
     std::string model;
-    unsigned npcs = 8, max_tokens = 96, ctx = 4096, batch = 256, seed = 1;
+    unsigned npcs = 8, max_tokens = 40, ctx = 4096, batch = 256, seed = 1;
     int threads = 0;
-    float temperature = 0.8f;
+    float temperature = 0.5f;
     bool plain = false;
   };
   auto o = std::make_shared<Opts>();
-  auto *cmd = app.add_subcommand("demo", "NPC dialogues generating together on one context, with a live view");
+  auto *cmd = app.add_subcommand("demo", "NPC dialogues generating together on one context, with a live view: each NPC "
+                                         "answers three scripted player lines");
   cmd->add_option("-m,--model", o->model,
                   "GGUF model (default: the trained npc model, trained into the cache on first use)");
   cmd->add_option("--npcs", o->npcs, "NPC conversations")->check(CLI::Range(1u, 12u))->capture_default_str();
@@ -118,44 +129,58 @@ void add_demo(CLI::App &app) {
     while (!ex.step().idle) {
     }
     const std::uint32_t system_tokens = system.n_decoded();
+    const weft::SamplerParams sampler{.temperature = o->temperature, .top_k = 20, .top_p = 0.9f,
+                                      .repeat_penalty = 1.1f};
+    auto reply = [&](Live &n, unsigned i) {
+      auto sp = sampler;
+      sp.seed = o->seed + i * 7919u + static_cast<unsigned>(n.turn);
+      // One NPC line per turn: it ends at the newline, where the player speaks.
+      n.gen = n.conv.generate({.max_tokens = o->max_tokens, .sampler = sp, .stop = {"\n"}});
+    };
     std::vector<Live> npcs;
     for (unsigned i = 0; i < o->npcs; ++i) {
       const Npc &npc = kNpcs[i];
-      auto conv = system.fork();
-      conv.prompt(fmt::format("{}Player: {}\n{}:", weft::npc_header(npc.name, npc.role), npc.opening, npc.name));
-      auto gen = conv.generate({.max_tokens = o->max_tokens,
-                                .sampler = weft::SamplerParams{.temperature = o->temperature,
-                                                               .top_k = 40,
-                                                               .top_p = 0.95f,
-                                                               .repeat_penalty = 1.1f,
-                                                               .seed = o->seed + i},
-                                .stop = {"\n\n"}});  // the end of a dialogue
-      npcs.push_back({npc, conv, gen});
+      Live n{npc, system.fork(), {}, {npc.opening, kQuestions[i % std::size(kQuestions)],
+                                      fmt::format("Farewell, {}.", npc.name)}};
+      n.transcript = weft::npc_header(npc.name, npc.role);
+      n.conv.prompt(fmt::format("{}Player: {}\n{}:", n.transcript, n.player[0], npc.name));
+      reply(n, i);
+      npcs.push_back(std::move(n));
     }
+    // A finished reply goes into the transcript; the next scripted line is
+    // queued and the NPC answers it, in the same steps as everyone else.
+    auto advance = [&](Live &n, unsigned i) {
+      if (n.finished() || !n.gen.done()) return;
+      n.tokens += n.gen.n_tokens();
+      n.transcript += fmt::format("Player: {}\n{}:{}\n", n.player[n.turn], n.npc.name, n.gen.text());
+      if (++n.turn == n.player.size()) return;
+      n.conv.prompt(fmt::format("Player: {}\n{}:", n.player[n.turn], n.npc.name));
+      reply(n, i);
+    };
 
     const bool live = !o->plain && ::isatty(STDOUT_FILENO) != 0;
     std::size_t drawn_lines = 0;
+    auto generated_tokens = [&] {
+      std::size_t g = 0;
+      for (auto &n : npcs) g += n.tokens + (n.finished() ? 0 : n.gen.n_tokens());
+      return g;
+    };
     auto draw = [&](bool final) {
       const auto s = ex.stats();
-      std::size_t generated = 0, done = 0;
-      for (auto &n : npcs) {
-        generated += n.gen.n_tokens();
-        done += n.gen.done() ? 1 : 0;
-      }
+      const std::size_t done = static_cast<std::size_t>(
+          std::count_if(npcs.begin(), npcs.end(), [](auto &n) { return n.finished(); }));
       const double t = secs();
       const char *clear = live ? "\x1b[2K" : "";
       std::string out;
       if (live && drawn_lines > 0) out += fmt::format("\x1b[{}A", drawn_lines);
       out += fmt::format("{}weft demo | {:.1f} s | step {} | {:.1f} tok/s generated | KV {}/{} cells | {}/{} done\n",
-                         clear, t, s.steps, t > 0 ? static_cast<double>(generated) / t : 0.0, s.cells_used, s.n_ctx, done,
-                         npcs.size());
+                         clear, t, s.steps, t > 0 ? static_cast<double>(generated_tokens()) / t : 0.0, s.cells_used,
+                         s.n_ctx, done, npcs.size());
       for (auto &n : npcs) {
-        const auto k = n.gen.n_tokens();
-        const int filled = static_cast<int>(20 * k / o->max_tokens);
-        out += fmt::format("{}{:>7} {:<10} [{}{}] {:3}/{} {}\n", clear, n.npc.name, n.npc.role,
-                           std::string(static_cast<std::size_t>(filled), '#'),
-                           std::string(static_cast<std::size_t>(20 - filled), '.'), k, o->max_tokens,
-                           tail_line(n.gen.text(), 48));
+        const std::size_t turn = std::min(n.turn + 1, n.player.size());
+        const std::string line = n.finished() ? "(farewell)" : n.gen.text();
+        out += fmt::format("{}{:>7} {:<10} turn {}/{} {:4} tok  {}\n", clear, n.npc.name, n.npc.role, turn,
+                           n.player.size(), n.tokens + (n.finished() ? 0 : n.gen.n_tokens()), tail_line(line, 56));
       }
       drawn_lines = npcs.size() + 1;
       if (live || final) std::fputs(out.c_str(), stdout);
@@ -164,12 +189,14 @@ void add_demo(CLI::App &app) {
 
     auto last_draw = Clock::now();
     std::uint64_t steps = 0;
-    while (std::any_of(npcs.begin(), npcs.end(), [](auto &n) { return !n.gen.done(); })) {
+    while (std::any_of(npcs.begin(), npcs.end(), [](auto &n) { return !n.finished(); })) {
       ex.step();
       ++steps;
-      for (auto &n : npcs) {
+      for (unsigned i = 0; i < npcs.size(); ++i) {
+        auto &n = npcs[i];
         if (n.first_token_s < 0 && n.gen.n_tokens() > 0) n.first_token_s = secs();
-        if (n.done_s < 0 && n.gen.done()) n.done_s = secs();
+        advance(n, i);
+        if (n.done_s < 0 && n.finished()) n.done_s = secs();
       }
       if (live && Clock::now() - last_draw > std::chrono::milliseconds(100)) {
         draw(false);
@@ -181,21 +208,15 @@ void add_demo(CLI::App &app) {
     draw(true);
 
     const auto s = ex.stats();
-    std::size_t generated = 0, private_cells = 0;
-    fmt::print("\n{:>7} {:<10} {:>6} {:>9} {:>8}  {}\n", "npc", "role", "tokens", "first(s)", "done(s)", "finish");
+    const std::size_t generated = generated_tokens();
+    std::size_t private_cells = 0;
+    fmt::print("\n{:>7} {:<10} {:>6} {:>9} {:>8}\n", "npc", "role", "tokens", "first(s)", "done(s)");
     for (auto &n : npcs) {
-      const auto r = n.gen.result();
-      generated += r.tokens.size();
       private_cells += n.conv.n_tokens();
-      fmt::print("{:>7} {:<10} {:>6} {:>9.2f} {:>8.2f}  {}\n", n.npc.name, n.npc.role, r.tokens.size(),
-                 n.first_token_s, n.done_s, weft::finish_reason_name(r.reason));
+      fmt::print("{:>7} {:<10} {:>6} {:>9.2f} {:>8.2f}\n", n.npc.name, n.npc.role, n.tokens, n.first_token_s, n.done_s);
     }
     fmt::print("\n");
-    for (auto &n : npcs) {
-      fmt::print("{}Player: {}\n{}:{}\n", weft::npc_header(n.npc.name, n.npc.role), n.npc.opening, n.npc.name,
-                 n.gen.text());
-      if (!n.gen.text().ends_with("\n")) fmt::print("\n");
-    }
+    for (auto &n : npcs) fmt::print("{}\n", n.transcript);
     fmt::print("{} NPCs, {} tokens generated in {:.1f} s ({:.1f} tok/s), {} steps (p50 {:.1f} ms, p99 {:.1f} ms)\n",
                npcs.size(), generated, total_s, static_cast<double>(generated) / total_s, s.steps, s.step_ms_p50,
                s.step_ms_p99);
