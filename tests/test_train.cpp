@@ -166,6 +166,25 @@ TEST(Train, ShortRunLowersHeldOutLossAndWritesALoadableModel) {
   EXPECT_NEAR(acc, r.eval_accuracy, 0.1) << right << "/" << total << ", trainer says " << r.eval_accuracy;
 }
 
+TEST(Train, SameParamsGiveTheSameBytesWhateverTheThreadCount) {
+  auto dir = weft_test::temp_dir("train-determinism");
+  auto t = small_run(dir / "a.gguf");
+  t.corpus.target_bytes = 12'000;
+  t.n_threads = 1;
+  weft::train_npc_model(t);
+  t.out = (dir / "b.gguf").string();
+  t.n_threads = 2;
+  weft::train_npc_model(t);
+  const auto a = weft_test::read_file(dir / "a.gguf");
+  ASSERT_GT(a.size(), 1'000'000u);
+  EXPECT_TRUE(a == weft_test::read_file(dir / "b.gguf"));
+  // Another seed trains other weights.
+  t.out = (dir / "c.gguf").string();
+  t.seed = 6;
+  weft::train_npc_model(t);
+  EXPECT_FALSE(a == weft_test::read_file(dir / "c.gguf"));
+}
+
 TEST(Train, CancelStopsAndWritesNothing) {
   auto dir = weft_test::temp_dir("train-cancel");
   auto t = small_run(dir / "npc.gguf");

@@ -85,6 +85,7 @@ void add_make_model(CLI::App &app) {
         t.out = o->out;
         t.on_progress = train_progress(o->quiet);
         const auto r = weft::train_npc_model(t);
+        if (o->quiet) return;
         fmt::print("held-out accuracy {:.1f}% (untrained {:.1f}%), loss {:.3f} (untrained {:.3f}); train accuracy "
                    "{:.1f}% loss {:.3f}; {} train / {} held-out tokens, {} steps, {:.1f} s\n",
                    100 * r.eval_accuracy, 100 * r.eval_accuracy_before, r.eval_loss, r.eval_loss_before,
