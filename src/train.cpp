@@ -217,6 +217,7 @@ TrainReport train_npc_model(const TrainParams &p) {
 
   // Initial weights go through the same writer as the random presets.
   ScratchFile init{fmt::format("{}.init.{}.gguf", p.out, ::getpid())};
+  std::error_code ec_ignored;
   ModelShape shape{p.n_layer, p.n_embd, p.n_head, p.n_head, p.n_ff, p.n_ctx, false, WeightType::f32};
   // llama.cpp's training leaves token_embd frozen, and the KV cache cuts the
   // gradient to attn_k/attn_v: those stay at their initial values, so they
@@ -236,6 +237,9 @@ TrainReport train_npc_model(const TrainParams &p) {
   mp.load_mode = LLAMA_LOAD_MODE_NONE;  // training writes the weights in place
   std::unique_ptr<llama_model, ModelFree> model(llama_model_load_from_file(init.path.c_str(), mp));
   if (!model) detail::fail(Errc::io, fmt::format("could not load the initial npc model: {}", detail::take_llama_error()));
+  // The weights now live in memory: drop the file at once, so a run killed
+  // during the minutes of training leaves nothing next to `out`.
+  std::filesystem::remove(init.path, ec_ignored);
   const llama_vocab *vocab = llama_model_get_vocab(model.get());
 
   // One token stream per split; every dialogue starts with BOS, as a prompt does.

@@ -283,3 +283,27 @@ TEST(Train, CliCachesTheTrainedModelByContent) {
   EXPECT_TRUE(weft_test::read_file(dir / "a.gguf") == weft_test::read_file(dir / "b.gguf"));
   EXPECT_EQ(files_in(dir / "cache" / "models"), 1u);
 }
+
+TEST(Train, CliInterruptedByCtrlCLeavesNothingBehind) {
+  auto dir = weft_test::temp_dir("train-sigint");
+  const auto cache = dir / "cache";
+  const auto out = dir / "npc.gguf";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::setenv("WEFT_CACHE_DIR", cache.c_str(), 1);
+    ::execl(WEFT_CLI, WEFT_CLI, "make-model", "--preset", "npc", "--corpus-bytes", "400000", "--layers", "1",
+            "--embd", "32", "--heads", "2", "--ff", "64", "-q", "--out", out.c_str(), static_cast<char *>(nullptr));
+    ::_exit(127);
+  }
+  // Wait until training is under way (the cache directory exists), then interrupt.
+  for (int i = 0; i < 200 && !std::filesystem::exists(cache / "models"); ++i) ::usleep(50'000);
+  ::usleep(1'500'000);
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal instead of stopping cleanly";
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_TRUE(std::filesystem::is_empty(cache / "models"));
+}

@@ -84,6 +84,7 @@ void add_make_model(CLI::App &app) {
       if (o->no_cache) {
         t.out = o->out;
         t.on_progress = train_progress(o->quiet);
+        t.cancel = cancel_on_interrupt();
         const auto r = weft::train_npc_model(t);
         if (o->quiet) return;
         fmt::print("held-out accuracy {:.1f}% (untrained {:.1f}%), loss {:.3f} (untrained {:.3f}); train accuracy "

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <memory>
 
@@ -18,6 +20,20 @@ std::string cache_dir() {
   if (const char *d = std::getenv("XDG_CACHE_HOME"); d != nullptr && *d != '\0') return std::string(d) + "/weft";
   if (const char *h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/weft";
   return ".weft-cache";
+}
+
+namespace {
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+}  // namespace
+
+std::function<bool()> cancel_on_interrupt() {
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  return [] { return g_interrupted.load(); };
 }
 
 std::function<void(const weft::TrainProgress &)> train_progress(bool quiet) {
@@ -51,6 +67,7 @@ std::string ensure_npc_model(weft::TrainParams params, bool quiet) {
   }
   params.out = path.string();
   params.on_progress = train_progress(quiet);
+  params.cancel = cancel_on_interrupt();
   const auto r = weft::train_npc_model(params);
   if (!quiet) {
     fmt::print(stderr,

@@ -20,5 +20,8 @@ std::string ensure_npc_model(weft::TrainParams params, bool quiet = false);
 // A TrainParams::on_progress that draws a bar with loss and accuracy on a
 // terminal and prints a line per tenth of the run otherwise; none if quiet.
 std::function<void(const weft::TrainProgress &)> train_progress(bool quiet);
+// A TrainParams::cancel that turns Ctrl-C / SIGTERM into a clean
+// Errc::cancelled (nothing written) instead of a kill mid-write.
+std::function<bool()> cancel_on_interrupt();
 
 }  // namespace weft_cli
