@@ -129,9 +129,11 @@ Conversation Conversation::fork() {
         child->cells = c.cells;
       } else {
         const std::size_t size = llama_state_seq_get_size_ext(x.ctx, c.seq, 0);
-        std::vector<std::uint8_t> bytes(size);
+        std::vector<std::uint8_t> bytes = x.store.buffer(size);
         if (size > 0 && llama_state_seq_get_data_ext(x.ctx, bytes.data(), size, c.seq, 0) == size) {
           child->parked = x.store.put(std::move(bytes), child->id);
+        } else {
+          x.store.recycle(std::move(bytes));
         }
         child->parked_n = c.n_decoded();
         child->where = child->parked ? (child->parked->tier() == detail::Tier::ram ? Residency::ram : Residency::disk)

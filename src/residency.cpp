@@ -40,9 +40,11 @@ bool ExecutorCore::park_locked(Conv &c) {
   std::shared_ptr<ParkedKv> blob;
   const std::size_t size = llama_state_seq_get_size_ext(ctx, c.seq, 0);
   if (size > 0) {
-    std::vector<std::uint8_t> bytes(size);
+    std::vector<std::uint8_t> bytes = store.buffer(size);  // recycled: no zero fill, no page faults
     if (llama_state_seq_get_data_ext(ctx, bytes.data(), bytes.size(), c.seq, 0) == size) {
       blob = store.put(std::move(bytes), c.id);
+    } else {
+      store.recycle(std::move(bytes));
     }
   }
   if (!blob && !params.spill.recompute) return false;
@@ -93,7 +95,10 @@ bool ExecutorCore::restore_locked(Conv &c) {
   bool ok = false;
   std::string why;
   try {
-    const auto bytes = c.parked->bytes();
+    // RAM: straight from the blob; disk: read into a buffer first.
+    std::vector<std::uint8_t> read;
+    std::span<const std::uint8_t> bytes = c.parked->ram();
+    if (c.parked->tier() != Tier::ram) bytes = read = c.parked->bytes();
     ok = llama_state_seq_set_data_ext(ctx, bytes.data(), bytes.size(), seq, 0) != 0 &&
          llama_memory_seq_pos_min(mem, seq) == 0 &&
          llama_memory_seq_pos_max(mem, seq) == static_cast<llama_pos>(need) - 1;

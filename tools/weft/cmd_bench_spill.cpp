@@ -121,16 +121,23 @@ Result run_workload(weft::Model &model, const Opts &o, const std::string &name, 
   return r;
 }
 
-// memcpy of `count` blocks of `block` bytes, in seconds.
+// memcpy of `count` blocks of `block` bytes, in seconds: the same bytes a
+// park or restore moves, each copy between a different source and destination
+// block in pools of at least 256 MiB each, so that neither side is cache-hot
+// (a park reads the KV cache and writes a blob nobody touched since it was
+// restored; a restore the reverse). Both pools are touched before timing, so
+// page faults are not counted; the destination is read back so nothing folds.
 double memcpy_seconds(std::size_t block, std::uint64_t count) {
   if (block == 0 || count == 0) return 0;
-  std::vector<std::uint8_t> src(block, 1), dst(block);
+  const std::size_t pool_blocks = std::max<std::size_t>(2, ((std::size_t{256} << 20) + block - 1) / block);
+  std::vector<std::uint8_t> src(pool_blocks * block, 1), dst(pool_blocks * block, 2);
   unsigned sink = 0;
   const auto t0 = bench::now_ns();
   for (std::uint64_t i = 0; i < count; ++i) {
-    src[i % block] = static_cast<std::uint8_t>(i);  // keeps the copies from being folded
-    std::memcpy(dst.data(), src.data(), block);
-    sink += dst[(i * 7) % block];
+    const std::size_t from = (i % pool_blocks) * block, to = ((i * 7 + 3) % pool_blocks) * block;
+    src[from + i % block] = static_cast<std::uint8_t>(i);
+    std::memcpy(dst.data() + to, src.data() + from, block);
+    sink += dst[to + (i * 7) % block];
   }
   const double s = bench::seconds_since(t0);
   return sink == 0xFFFFFFFFu ? s + 1e-12 : s;
