@@ -10,6 +10,9 @@ constexpr double kForget = 0.97;  // ~30 batches of memory
 // Before any data: 5 ms per call plus 2 ms per token, so early budgeted
 // steps take little rather than blow the frame.
 constexpr double kPriorA = 5e-3, kPriorB = 2e-3;
+// No model decodes a token in less than this (1 us; the tiny test model
+// takes several us per token in a full batch).
+constexpr double kMinPerToken = 1e-6;
 
 std::array<double, 3> features(std::uint32_t tokens, double kv_depth) {
   const double n = tokens;
@@ -48,8 +51,10 @@ double CostModel::predict(std::uint32_t tokens, double kv_depth) const {
   const auto x = features(tokens, kv_depth);
   double y = 0;
   for (int i = 0; i < kDim; ++i) y += w_[i] * x[i];
-  // Cost never falls with more tokens; a noisy fit must not claim so.
-  const double per_token_floor = std::max(0.0, w_[1]) * tokens;
+  // Cost never falls with more tokens, and no decode is free: a noisy fit (a
+  // few samples on a loaded machine can give a negative slope) must not claim
+  // either, or a tiny time budget would plan a full batch.
+  const double per_token_floor = std::max(kMinPerToken, w_[1]) * tokens;
   return std::max({y, per_token_floor, 0.0});
 }
 

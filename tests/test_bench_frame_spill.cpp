@@ -56,6 +56,8 @@ TEST(BenchFrame, JsonRowsAreCompleteAndConsistent) {
   EXPECT_NE(r.output.find("p99 <= 1.1*B"), std::string::npos) << r.output;
   const auto j = read_json(out);
   EXPECT_EQ(j["bench"], "frame");
+  EXPECT_GT(j["one_token_step_ms"].get<double>(), 0.0);  // the floor under any budget
+  EXPECT_NE(r.output.find("a step of one token"), std::string::npos) << r.output;
   check_frame_row(j["unbudgeted"], 12);
   EXPECT_DOUBLE_EQ(j["unbudgeted"]["budget_ms"].get<double>(), 0.0);
   EXPECT_GT(j["unbudgeted"]["tokens_decoded"].get<unsigned>(), 0u);

@@ -109,6 +109,25 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms) {
   return r;
 }
 
+// The floor under any budget: the median wall time of a step that decodes a
+// single token (one conversation, a short history), the smallest unit of
+// work a step can do. A budget below it cannot be met on this machine.
+double one_token_step_ms(weft::Model &model, const Opts &o) {
+  weft::Executor ex(model, {.n_ctx = 256, .n_batch = 64, .n_seq_max = 1, .n_threads = o.threads});
+  std::mt19937_64 rng(o.seed + 1);
+  auto c = ex.create();
+  c.prompt(bench::random_tokens(rng, 32, model.n_vocab()));
+  while (!ex.step().idle) {}
+  std::vector<double> ms;
+  for (int i = 0; i < 21; ++i) {
+    c.prompt(bench::random_tokens(rng, 1, model.n_vocab()));
+    const auto t0 = steady_clock::now();
+    ex.step();
+    ms.push_back(std::chrono::duration<double, std::milli>(steady_clock::now() - t0).count());
+  }
+  return bench::percentile(ms, 50);
+}
+
 nlohmann::json row_json(double budget_ms, const RunResult &r, double base_tps) {
   const double p50 = bench::percentile(r.step_ms, 50), p99 = bench::percentile(r.step_ms, 99);
   const double mx = r.step_ms.empty() ? 0 : *std::max_element(r.step_ms.begin(), r.step_ms.end());
@@ -146,6 +165,9 @@ void run(Opts o) {
              "{} frames, n_threads = {}, load average {:.2f}\n\n",
              path, o.conversations, o.arrival_tokens, o.arrive_every, o.frames, o.threads,
              bench::load_average_1min());
+  std::fflush(stdout);
+  const double floor_ms = one_token_step_ms(model, o);
+  fmt::print("a step of one token (the least a step can decode) takes {:.2f} ms here (median of 21)\n\n", floor_ms);
   std::fflush(stdout);
   const auto base = run_workload(model, o, 0);
   const double base_tps = base.busy_s > 0 ? static_cast<double>(base.tokens_decoded) / base.busy_s : 0;
@@ -187,6 +209,7 @@ void run(Opts o) {
                                {"arrival_tokens", o.arrival_tokens},
                                {"n_threads", o.threads},
                                {"machine", bench::machine_info()},
+                               {"one_token_step_ms", floor_ms},
                                {"unbudgeted", base_row},
                                {"rows", rows}});
   }
