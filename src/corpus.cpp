@@ -15,19 +15,13 @@
 #include <vector>
 
 #include "internal.hpp"
+#include "splitmix.hpp"
 #include "weft/train.hpp"
 
 namespace weft {
 namespace {
 
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+struct Rng : detail::SplitMix64 {
   // Uniform in [0, n); n > 0. Bias is negligible for the tiny n used here.
   std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
   int range(int lo, int hi) { return lo + static_cast<int>(below(static_cast<std::size_t>(hi - lo + 1))); }
@@ -334,7 +328,7 @@ std::vector<std::string> make_npc_dialogues(const CorpusParams &params) {
     detail::fail(Errc::invalid_argument,
                  fmt::format("CorpusParams.target_bytes = {} (expected 1 .. 1073741824)", params.target_bytes));
   }
-  Rng rng{params.seed ^ 0x6e70632d636f7270ull};
+  Rng rng{{params.seed ^ 0x6e70632d636f7270ull}};
   std::vector<std::string> out;
   std::size_t total = 0;
   while (total < params.target_bytes) {

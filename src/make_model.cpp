@@ -21,32 +21,16 @@
 #include "file_io.hpp"
 #include "internal.hpp"
 #include "model_writer.hpp"
+#include "splitmix.hpp"
 #include "weft/make_model.hpp"
 #include "weft/train.hpp"
 
 namespace weft {
 namespace {
 
-struct GgufFree {
-  void operator()(gguf_context *c) const { gguf_free(c); }
-};
-struct GgmlFree {
-  void operator()(ggml_context *c) const { ggml_free(c); }
-};
-using GgufPtr = std::unique_ptr<gguf_context, GgufFree>;
-using GgmlPtr = std::unique_ptr<ggml_context, GgmlFree>;
-
-// splitmix64: tiny, seedable, identical on every platform.
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }
-};
+using detail::GgmlPtr;
+using detail::GgufPtr;
+using Rng = detail::SplitMix64;
 
 std::uint64_t hash_name(std::uint64_t seed, const char *name) {
   std::uint64_t h = 1469598103934665603ull ^ seed;

@@ -5,11 +5,24 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+
+#include <ggml.h>
+#include <gguf.h>
 
 #include "weft/make_model.hpp"
 
 namespace weft::detail {
+
+struct GgufFree {
+  void operator()(gguf_context *c) const { gguf_free(c); }
+};
+struct GgmlFree {
+  void operator()(ggml_context *c) const { ggml_free(c); }
+};
+using GgufPtr = std::unique_ptr<gguf_context, GgufFree>;
+using GgmlPtr = std::unique_ptr<ggml_context, GgmlFree>;
 
 struct RandomModelSpec {
   ModelShape shape;

@@ -22,6 +22,7 @@
 #include "file_io.hpp"
 #include "internal.hpp"
 #include "model_writer.hpp"
+#include "splitmix.hpp"
 #include "weft/train.hpp"
 
 namespace weft {
@@ -43,12 +44,6 @@ struct DatasetFree {
 struct ResultFree {
   void operator()(ggml_opt_result *r) const { ggml_opt_result_free(r); }
 };
-struct GgufFree {
-  void operator()(gguf_context *c) const { gguf_free(c); }
-};
-struct GgmlFree {
-  void operator()(ggml_context *c) const { ggml_free(c); }
-};
 using DatasetPtr = std::unique_ptr<ggml_opt_dataset, DatasetFree>;
 using ResultPtr = std::unique_ptr<ggml_opt_result, ResultFree>;
 
@@ -58,16 +53,6 @@ struct ScratchFile {
   ~ScratchFile() {
     std::error_code ec;
     std::filesystem::remove(path, ec);
-  }
-};
-
-struct SplitMix {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
   }
 };
 
@@ -162,8 +147,8 @@ std::pair<double, double> evaluate(llama_context *ctx, const std::vector<std::ve
 void write_final(const std::string &saved, const TrainParams &p, const std::string &key) {
   ggml_context *data_ctx = nullptr;
   gguf_init_params gp{/*no_alloc=*/false, &data_ctx};
-  std::unique_ptr<gguf_context, GgufFree> g(gguf_init_from_file(saved.c_str(), gp));
-  std::unique_ptr<ggml_context, GgmlFree> data(data_ctx);
+  detail::GgufPtr g(gguf_init_from_file(saved.c_str(), gp));
+  detail::GgmlPtr data(data_ctx);
   if (!g) detail::fail(Errc::io, fmt::format("could not read back the trained model '{}'", saved));
   gguf_set_val_str(g.get(), "general.name", fmt::format("weft-npc-seed{}", p.seed).c_str());
   gguf_set_val_str(g.get(), "weft.preset", "npc");
@@ -292,7 +277,7 @@ TrainReport train_npc_model(const TrainParams &p) {
   // Small chunks of windows per llama_opt_epoch call: progress and
   // cancellation between them, and weft's own shuffled order every epoch.
   constexpr std::size_t kChunk = 4;
-  SplitMix rng{p.seed ^ 0x747261696e6f7264ull};
+  detail::SplitMix64 rng{p.seed ^ 0x747261696e6f7264ull};
   std::vector<std::size_t> order(train_w.size());
   const double total_windows = double(train_w.size()) * p.epochs;
   for (int epoch = 0; epoch < p.epochs; ++epoch) {

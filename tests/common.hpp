@@ -1,7 +1,10 @@
 // Shared helpers for weft's tests.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -69,6 +72,27 @@ template <class Fn>
     return ::testing::AssertionFailure() << "threw a non-weft exception: " << e.what();
   }
   return ::testing::AssertionFailure() << "did not throw";
+}
+
+// Runs `fn` with writes limited to `bytes` per file (RLIMIT_FSIZE, SIGXFSZ
+// ignored), so write() fails with EFBIG as on a full disk; restores both.
+template <class Fn>
+auto with_file_size_limit(rlim_t bytes, Fn &&fn) {
+  rlimit old{};
+  getrlimit(RLIMIT_FSIZE, &old);
+  auto prev_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = bytes;
+  setrlimit(RLIMIT_FSIZE, &small);
+  struct Restore {
+    rlimit old;
+    void (*handler)(int);
+    ~Restore() {
+      setrlimit(RLIMIT_FSIZE, &old);
+      std::signal(SIGXFSZ, handler);
+    }
+  } restore{old, prev_handler};
+  return fn();
 }
 
 }  // namespace weft_test

@@ -71,16 +71,8 @@ TEST(MakeModel, DiskFullLeavesNoPartialFile) {
   auto dir = weft_test::temp_dir("full");
   const auto out = dir / "m.gguf";
   weft_test::write_file(out, std::string_view("previous model"));
-  rlimit old{};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
-  auto prev_handler = std::signal(SIGXFSZ, SIG_IGN);
-  rlimit small = old;
-  small.rlim_cur = 1 << 20;
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
-  const bool threw = throws_weft([&] { make(dir, "m.gguf", 1); }, weft::Errc::io, "writing");
-  setrlimit(RLIMIT_FSIZE, &old);
-  std::signal(SIGXFSZ, prev_handler);
-  EXPECT_TRUE(threw);
+  EXPECT_TRUE(weft_test::with_file_size_limit(
+      1 << 20, [&] { return throws_weft([&] { make(dir, "m.gguf", 1); }, weft::Errc::io, "writing"); }));
   // The previous file is intact and no temp file is left.
   EXPECT_EQ(weft_test::read_file(out).size(), std::string_view("previous model").size());
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);

@@ -207,16 +207,10 @@ TEST(Train, DiskFullKeepsThePreviousFileAndLeavesNoScratch) {
   auto dir = weft_test::temp_dir("train-full");
   const auto out = dir / "npc.gguf";
   weft_test::write_file(out, std::string_view("previous model"));
-  rlimit old{};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
-  auto prev_handler = std::signal(SIGXFSZ, SIG_IGN);
-  rlimit small = old;
-  small.rlim_cur = 1 << 20;  // the 32-wide model is ~8 MB
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
-  const bool threw = throws_weft([&] { weft::train_npc_model(small_run(out)); }, weft::Errc::io, "writing");
-  setrlimit(RLIMIT_FSIZE, &old);
-  std::signal(SIGXFSZ, prev_handler);
-  EXPECT_TRUE(threw);
+  // The 32-wide model is ~8 MB.
+  EXPECT_TRUE(weft_test::with_file_size_limit(1 << 20, [&] {
+    return throws_weft([&] { weft::train_npc_model(small_run(out)); }, weft::Errc::io, "writing");
+  }));
   EXPECT_EQ(weft_test::read_file(out).size(), std::string_view("previous model").size());
   EXPECT_EQ(files_in(dir), 1u);
 }
