@@ -19,6 +19,9 @@ std::array<double, 3> features(std::uint32_t tokens, double kv_depth) {
   return {1.0, n, n * kv_depth / 1024.0};
 }
 
+// Weight of the newest sample in a small size's running cost.
+constexpr double kRateAlpha = 0.3;
+
 }  // namespace
 
 CostModel::CostModel() {
@@ -45,9 +48,36 @@ void CostModel::observe(std::uint32_t tokens, double kv_depth, double seconds) {
   }
   p_ = np;
   ++samples_;
+  // Small sizes: what a decode of exactly this size took, and at what depth.
+  if (tokens < kSmall) {
+    Seen &e = seen_[tokens];
+    e.seconds = e.n == 0 ? seconds : (1 - kRateAlpha) * e.seconds + kRateAlpha * seconds;
+    e.depth = e.n == 0 ? kv_depth : (1 - kRateAlpha) * e.depth + kRateAlpha * kv_depth;
+    ++e.n;
+  }
+}
+
+double CostModel::seen_cost(std::uint32_t n, double kv_depth) const {
+  // Moved from the depth it was seen at to this one with the line's depth term.
+  const Seen &e = seen_[n];
+  return e.seconds + std::max(0.0, w_[2]) * n * (kv_depth - e.depth) / 1024.0;
 }
 
 double CostModel::predict(std::uint32_t tokens, double kv_depth) const {
+  const double y = line(tokens, kv_depth);
+  if (tokens == 0 || tokens >= kSmall) return y;
+  // A size decoded before: what it took. One never decoded: what the
+  // nearest smaller size seen took plus the line's cost of the extra tokens
+  // (if that is more than the line), so a size the line under-predicts
+  // lifts the sizes above it until they are seen.
+  if (seen_[tokens].n != 0) return std::max(seen_cost(tokens, kv_depth), kMinPerToken * tokens);
+  for (std::uint32_t n = tokens - 1; n >= 1; --n) {
+    if (seen_[n].n != 0) return std::max(y, seen_cost(n, kv_depth) + y - line(n, kv_depth));
+  }
+  return y;
+}
+
+double CostModel::line(std::uint32_t tokens, double kv_depth) const {
   const auto x = features(tokens, kv_depth);
   double y = 0;
   for (int i = 0; i < kDim; ++i) y += w_[i] * x[i];
@@ -61,9 +91,36 @@ double CostModel::predict(std::uint32_t tokens, double kv_depth) const {
 std::uint32_t CostModel::tokens_within(double seconds, double kv_depth, std::uint32_t cap) const {
   if (cap <= 1) return 1;
   if (predict(cap, kv_depth) <= seconds) return cap;
-  // predict() is increasing in tokens for sane fits; bisect, which also
-  // copes with an odd fit without assuming linearity.
-  std::uint32_t lo = 1, hi = cap;
+  // With the small-size table predict() need not increase with tokens (2
+  // tokens can cost more than 4): walk up from 1 and stop before the first
+  // size that does not fit, so a plan never jumps over a slow size.
+  // And explore small sizes no faster than doubling: a size never decoded is
+  // planned only up to twice the largest small size that was (1 before any),
+  // so a cold model's first budgeted steps are not the ones that discover
+  // how slow small batches are by blowing the budget several times over.
+  constexpr std::uint32_t kWalk = kSmall;
+  std::uint32_t largest_seen = 0;
+  for (std::uint32_t n = kSmall - 1; n >= 1 && largest_seen == 0; --n) {
+    if (seen_[n].n != 0) largest_seen = n;
+  }
+  const std::uint32_t explore_to = std::max(1u, 2 * largest_seen);
+  const std::uint32_t walk_end = std::min(cap, kWalk);
+  std::uint32_t t = 1;
+  bool held_back = false;  // stopped by the exploration limit, not the budget
+  while (t < walk_end) {
+    const std::uint32_t next = t + 1;
+    if (next > explore_to && !(next < kSmall && seen_[next].n != 0)) {
+      held_back = true;
+      break;
+    }
+    if (predict(next, kv_depth) > seconds) break;
+    t = next;
+  }
+  // Above the small sizes the line dominates and grows: bisect there if the
+  // walk got through them, or was only held back and a large batch fits
+  // (a big budget still plans a big batch).
+  if (!(t == kWalk || held_back) || cap <= kWalk || predict(kWalk, kv_depth) > seconds) return t;
+  std::uint32_t lo = kWalk, hi = cap;
   while (lo + 1 < hi) {
     const std::uint32_t mid = lo + (hi - lo) / 2;
     if (predict(mid, kv_depth) <= seconds) {

@@ -6,6 +6,20 @@
 // recursive least squares with exponential forgetting (recent batches count
 // more: the machine's load changes). Until it has seen a few batches it is
 // deliberately pessimistic. Not thread-safe: the executor guards it.
+//
+// The CPU cost of a decode is not linear in its tokens: on `small`, one
+// thread, 1 token takes ~8-10 ms, 2-3 tokens 21-29 ms, 8 about 50 ms, and a
+// 512-token prompt batch ~2.5 ms a token (llama.cpp's kernels change above
+// one token). A line through all of that under-predicts the 2-4 token
+// batches a tight budget plans. So for each small size (under 64 tokens) it
+// also keeps a running time of decodes of exactly that size (weight 0.3 for
+// the newest) and the depth they ran at, and predicts that size from what it
+// took (moved to the asked depth with the line's depth term) rather than
+// from the line. A small size never decoded is predicted as the nearest
+// smaller size that was plus the line's cost of the extra tokens (or the
+// line, if more), so a size the line under-predicts lifts those above it;
+// and tokens_within() plans a small size never decoded only up to twice the
+// largest that was (1 on a cold model), so a budget explores by doubling.
 #pragma once
 
 #include <array>
@@ -30,6 +44,14 @@ class CostModel {
   static constexpr int kDim = 3;
   std::array<double, kDim> w_{};           // a, b, c
   std::array<double, kDim * kDim> p_{};    // inverse covariance estimate
+  static constexpr std::uint32_t kSmall = 64;
+  struct Seen {
+    double seconds = 0, depth = 0;  // running (weight 0.3 for the newest)
+    std::uint64_t n = 0;            // samples
+  };
+  std::array<Seen, kSmall> seen_{};  // decodes of exactly n tokens
+  double seen_cost(std::uint32_t n, double kv_depth) const;
+  double line(std::uint32_t tokens, double kv_depth) const;
   std::uint64_t samples_ = 0;
 };
 

@@ -145,6 +145,42 @@ TEST(CostModel, LearnsALinearCost) {
   EXPECT_EQ(cm.tokens_within(10.0, 0, 512), 512u);  // at most the cap
 }
 
+// The shape measured with `weft bench frame` on `small`, one CPU thread: one
+// token ~10 ms, 2-3 tokens 26-29 ms, then ~6 ms a token, and big prompt
+// batches ~2.5 ms a token. A line through it all predicts 2 tokens fit a
+// 16.6 ms frame; they take ~24 ms. The size-class ratios must stop that.
+TEST(CostModel, SmallBatchesAreNotUnderPredicted) {
+  weft::detail::CostModel cm;
+  std::mt19937 rng(5);
+  auto truth = [](double n) { return n == 1 ? 10e-3 : n < 32 ? 12e-3 + 6e-3 * n : 20e-3 + 2.5e-3 * n; };
+  auto noisy = [&](double v) { return v * (0.97 + 0.06 * static_cast<double>(rng() % 1000) / 1000.0); };
+  const std::uint32_t sizes[] = {1, 1, 1, 1, 1, 1, 2, 3, 8, 9, 1, 1, 64, 1, 512};
+  for (int i = 0; i < 300; ++i) {
+    const std::uint32_t n = sizes[rng() % std::size(sizes)];
+    cm.observe(n, 50, noisy(truth(n)));
+  }
+  for (std::uint32_t n : {1u, 2u, 3u, 8u}) {
+    EXPECT_GE(cm.predict(n, 50), 0.95 * truth(n)) << n;  // never under
+    EXPECT_LE(cm.predict(n, 50), 1.6 * truth(n)) << n;   // nor absurdly over
+  }
+  EXPECT_NEAR(cm.predict(1, 50), truth(1), 0.1 * truth(1));
+  EXPECT_EQ(cm.tokens_within(16.6e-3, 50, 512), 1u);  // 2 tokens would not fit
+  EXPECT_EQ(cm.tokens_within(8e-3, 50, 512), 1u);     // at least one
+  // Large budgets still plan large batches.
+  EXPECT_GE(cm.tokens_within(1.0, 50, 512), 250u);
+
+  // Cold: only a 64-token prompt seen (the line then says ~2.5 ms a token).
+  // The first budgeted steps explore small sizes by doubling, 1 first.
+  weft::detail::CostModel cold;
+  cold.observe(64, 0, truth(64));
+  EXPECT_EQ(cold.tokens_within(16.6e-3, 0, 512), 1u);
+  cold.observe(1, 0, truth(1));
+  EXPECT_LE(cold.tokens_within(16.6e-3, 0, 512), 2u);
+  cold.observe(2, 0, truth(2));  // 24 ms: now known not to fit
+  EXPECT_EQ(cold.tokens_within(16.6e-3, 0, 512), 1u);
+  EXPECT_GE(cold.tokens_within(1.0, 0, 512), 64u);  // a big budget still plans big
+}
+
 TEST(Budget, MaxTimeSizesTheBatchWithinLimits) {
   const auto &m = weft_test::tiny();
   std::mt19937 rng(4);
