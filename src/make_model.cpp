@@ -190,6 +190,19 @@ WeightType parse_weight_type(const std::string &name) {
 
 const char *default_vocab_path() noexcept { return WEFT_DEFAULT_VOCAB; }
 
+void detail::write_gguf_meta(TempFile &file, const gguf_context *g) {
+  std::vector<char> header(gguf_get_meta_size(g));
+  gguf_get_meta_data(g, header.data());
+  file.write(header.data(), header.size());
+}
+
+void detail::write_gguf_tensor(TempFile &file, const gguf_context *g, const void *data, std::size_t n) {
+  static constexpr char zeros[64] = {};
+  const std::size_t align = gguf_get_alignment(g);
+  file.write(data, n);
+  file.write(zeros, (align - n % align) % align);
+}
+
 void detail::write_random_model(const RandomModelSpec &spec) {
   detail::ensure_backend();
   if (spec.out.empty()) detail::fail(Errc::invalid_argument, "MakeModelParams.out is empty");
@@ -250,14 +263,10 @@ void detail::write_random_model(const RandomModelSpec &spec) {
   }
 
   detail::TempFile file(spec.out);
-  std::vector<char> header(gguf_get_meta_size(g));
-  gguf_get_meta_data(g, header.data());
-  file.write(header.data(), header.size());
+  detail::write_gguf_meta(file, g);
 
-  const std::size_t align = gguf_get_alignment(g);
   std::vector<float> f32;
   std::vector<char> conv;
-  const char zeros[64] = {};
   std::size_t done = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const auto &s = specs[i];
@@ -280,9 +289,7 @@ void detail::write_random_model(const RandomModelSpec &spec) {
       ggml_quantize_chunk(t->type, f32.data(), conv.data(), 0, s.ne1, s.ne0, nullptr);
       data = conv.data();
     }
-    file.write(data, nbytes);
-    const std::size_t pad = (align - nbytes % align) % align;
-    file.write(zeros, pad);
+    detail::write_gguf_tensor(file, g, data, nbytes);
     done += nbytes;
     if (spec.on_progress) spec.on_progress(static_cast<float>(done) / static_cast<float>(total_bytes));
   }

@@ -11,6 +11,7 @@
 #include <ggml.h>
 #include <gguf.h>
 
+#include "file_io.hpp"
 #include "weft/make_model.hpp"
 
 namespace weft::detail {
@@ -38,5 +39,10 @@ struct RandomModelSpec {
 };
 
 void write_random_model(const RandomModelSpec &spec);
+
+// A GGUF streamed into `file`: the metadata of `g` first, then every tensor's
+// bytes in `g`'s order, each padded to its alignment.
+void write_gguf_meta(TempFile &file, const gguf_context *g);
+void write_gguf_tensor(TempFile &file, const gguf_context *g, const void *data, std::size_t n);
 
 }  // namespace weft::detail

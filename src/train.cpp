@@ -157,17 +157,11 @@ void write_final(const std::string &saved, const TrainParams &p, const std::stri
   gguf_set_val_str(g.get(), "weft.train_key", key.c_str());
 
   detail::TempFile file(p.out);
-  std::vector<char> header(gguf_get_meta_size(g.get()));
-  gguf_get_meta_data(g.get(), header.data());
-  file.write(header.data(), header.size());
-  const std::size_t align = gguf_get_alignment(g.get());
-  const char zeros[64] = {};
+  detail::write_gguf_meta(file, g.get());
   for (int64_t i = 0; i < gguf_get_n_tensors(g.get()); ++i) {
     const ggml_tensor *t = ggml_get_tensor(data.get(), gguf_get_tensor_name(g.get(), i));
     if (t == nullptr) detail::fail(Errc::io, fmt::format("trained model '{}' lost tensor {}", saved, i));
-    const std::size_t n = ggml_nbytes(t);
-    file.write(t->data, n);
-    file.write(zeros, (align - n % align) % align);
+    detail::write_gguf_tensor(file, g.get(), t->data, ggml_nbytes(t));
   }
   file.commit();
 }
@@ -180,8 +174,10 @@ std::string npc_model_key(const TrainParams &p) {
                   kTrainerVersion, p.corpus.seed, p.corpus.target_bytes, p.seed, p.n_layer, p.n_embd, p.n_head,
                   p.n_ff, p.n_ctx, p.n_batch, p.epochs, p.lr, p.lr_min, p.warmup_steps, p.weight_decay,
                   p.eval_share);
+  // The default vocabulary adds nothing, so default keys stay as they were.
+  const std::string keyed = p.vocab.empty() ? spec : spec + " vocab=" + p.vocab;
   std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : spec) h = (h ^ c) * 1099511628211ull;
+  for (unsigned char c : keyed) h = (h ^ c) * 1099511628211ull;
   return fmt::format("{:016x}", h);
 }
 

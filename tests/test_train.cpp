@@ -255,6 +255,7 @@ TEST(Train, KeyCoversEveryParameterThatChangesTheWeights) {
   EXPECT_TRUE(differs([](P &t) { t.epochs = 9; }));
   EXPECT_TRUE(differs([](P &t) { t.lr = 1e-4f; }));
   EXPECT_TRUE(differs([](P &t) { t.n_batch = 64; }));
+  EXPECT_TRUE(differs([](P &t) { t.vocab = "other-vocab.gguf"; }));
   // What does not change the weights does not change the key.
   weft::TrainParams same;
   same.out = "elsewhere.gguf";

@@ -66,10 +66,11 @@ struct TrainParams {
   std::string out;
   // GGUF to copy the tokenizer from; default: as MakeModelParams::vocab.
   std::string vocab;
-  // Called after each optimizer step. Default none.
+  // Called after every 4 training windows (n_ctx / n_batch optimizer steps
+  // each; about a second with the defaults on 2 cores). Default none.
   std::function<void(const TrainProgress &)> on_progress;
-  // Polled between optimizer steps; returning true stops training with
-  // Errc::cancelled and writes nothing. Default none.
+  // Polled as often as on_progress is called; returning true stops training
+  // with Errc::cancelled and writes nothing. Default none.
   std::function<bool()> cancel;
 };
 
@@ -93,8 +94,9 @@ struct TrainReport {
 WEFT_API TrainReport train_npc_model(const TrainParams &params);
 
 // A short hex key over everything that determines the trained weights
-// (corpus, seed, shape, schedule, weft's corpus/trainer version), for caching
-// trained models by content. Pure.
+// (corpus, seed, shape, schedule, the vocabulary path when one is given,
+// weft's corpus/trainer version), for caching trained models by content.
+// Not n_threads: results do not depend on it. Pure.
 WEFT_API std::string npc_model_key(const TrainParams &params);
 
 }  // namespace weft

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include <unistd.h>
@@ -16,19 +17,29 @@
 namespace weft_cli {
 namespace {
 
-// Copies the cached model to `out` through a temp file and a rename, so `out`
-// is either the old file or the whole new one.
-void copy_atomic(const std::string &from, const std::string &out) {
-  if (std::filesystem::exists(out) && std::filesystem::equivalent(from, out)) return;
+// Replaces `out` through `<out>.tmp.<pid>`: `write` fills the temp file and
+// says whether it succeeded, then a rename puts it in place. On any failure
+// the temp file is removed and `out` is untouched. Throws Errc::io.
+void replace_atomically(const std::string &out, const std::function<bool(const std::string &tmp)> &write) {
   const std::string tmp = fmt::format("{}.tmp.{}", out, ::getpid());
   std::error_code ec;
-  std::filesystem::copy_file(from, tmp, std::filesystem::copy_options::overwrite_existing, ec);
-  if (!ec) std::filesystem::rename(tmp, out, ec);
-  if (ec) {
+  const bool ok = write(tmp);
+  if (ok) std::filesystem::rename(tmp, out, ec);
+  if (!ok || ec) {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
-    throw weft::Error(weft::Errc::io, fmt::format("could not write '{}': {}", out, ec.message()));
+    throw weft::Error(weft::Errc::io, fmt::format("could not write '{}'{}", out, ec ? ": " + ec.message() : ""));
   }
+}
+
+// Copies the cached model to `out`, so `out` is the old file or the whole new one.
+void copy_atomic(const std::string &from, const std::string &out) {
+  if (std::filesystem::exists(out) && std::filesystem::equivalent(from, out)) return;
+  replace_atomically(out, [&](const std::string &tmp) {
+    std::error_code ec;
+    std::filesystem::copy_file(from, tmp, std::filesystem::copy_options::overwrite_existing, ec);
+    return !ec;
+  });
 }
 
 }  // namespace
@@ -129,16 +140,12 @@ void add_corpus(CLI::App &app) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       return;
     }
-    const std::string tmp = fmt::format("{}.tmp.{}", *out, ::getpid());
-    std::FILE *f = std::fopen(tmp.c_str(), "wb");
-    const bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    if (f != nullptr && std::fclose(f) != 0) throw weft::Error(weft::Errc::io, fmt::format("could not write '{}'", tmp));
-    std::error_code ec;
-    if (ok) std::filesystem::rename(tmp, *out, ec);
-    if (!ok || ec) {
-      std::filesystem::remove(tmp, ec);
-      throw weft::Error(weft::Errc::io, fmt::format("could not write '{}'", *out));
-    }
+    replace_atomically(*out, [&](const std::string &tmp) {
+      std::FILE *f = std::fopen(tmp.c_str(), "wb");
+      if (f == nullptr) return false;
+      const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+      return std::fclose(f) == 0 && wrote;
+    });
   });
 }
 
