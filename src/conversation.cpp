@@ -53,6 +53,24 @@ std::uint64_t queued_total(const ExecutorCore &core) {
   return n;
 }
 
+}  // namespace
+
+void ExecutorCore::claim_slot_locked(Conv &c, const char *what) {
+  if (!free_seqs.empty()) {
+    c.seq = free_seqs.back();
+    free_seqs.pop_back();
+    return;
+  }
+  if (spill_on()) return;  // a step parks someone for it
+  fail(Errc::out_of_range,
+       fmt::format("conversation {}: cannot {}: all n_seq_max = {} sequence slots are held and spill is off "
+                   "(ram_bytes = 0, no disk_dir, recompute = false), so none can be freed for it; dispose a "
+                   "conversation or enable a spill tier",
+                   c.id, what, params.n_seq_max));
+}
+
+namespace {
+
 void release_slot_if_empty(ExecutorCore &core, Conv &c) {
   if (c.seq >= 0 && c.history.empty() && c.n_queued() == 0) {
     core.free_seqs.push_back(c.seq);
@@ -104,6 +122,8 @@ void Conversation::prompt(std::span<const Token> tokens) {
                                  tokens.size(), x.ledger.free(), need - tokens.size()));
       }
     }
+    if (c.where == Residency::resident && c.seq < 0) x.claim_slot_locked(c, "prompt");
+    if (c.n_queued() == 0) c.ready_since = x.steps;  // joins the back of the turns
     c.queue.insert(c.queue.end(), tokens.begin(), tokens.end());
     c.gen_token_queued = false;
     x.notify_work_locked();
@@ -135,6 +155,15 @@ Conversation Conversation::fork() {
         } else {
           x.store.recycle(std::move(bytes));
         }
+        if (!child->parked && !x.params.spill.recompute) {
+          // No tier can hold it and it may not be re-decoded: it could never run.
+          detail::fail(Errc::out_of_range,
+                       fmt::format("conversation {}: cannot fork: all n_seq_max = {} slots are held, none is idle to "
+                                   "park, and no spill tier can take the copy (ram_bytes = {}, disk_dir {}, "
+                                   "recompute = false)",
+                                   c.id, x.params.n_seq_max, x.params.spill.ram_bytes,
+                                   x.params.spill.disk_dir.empty() ? "unset" : "set"));
+        }
         child->parked_n = c.n_decoded();
         child->where = child->parked ? (child->parked->tier() == detail::Tier::ram ? Residency::ram : Residency::disk)
                                      : Residency::recompute;
@@ -146,6 +175,10 @@ Conversation Conversation::fork() {
       child->where = c.where;
     }
     child->queue.assign(c.queue.begin() + static_cast<std::ptrdiff_t>(c.queue_head), c.queue.end());
+    if (child->where == Residency::resident && child->seq < 0 && !child->queue.empty()) {
+      x.claim_slot_locked(*child, "fork");
+    }
+    child->ready_since = x.steps;
     child->logits = c.logits;
     child->has_logits = c.has_logits;
     child->sampler_params = c.sampler_params;

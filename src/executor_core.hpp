@@ -7,6 +7,7 @@
 // from a callback on the stepping thread skip step_mu (it is already held).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -69,7 +70,10 @@ struct Conv {
   std::shared_ptr<GenState> gen;      // running generation
   bool gen_token_queued = false;      // queue holds exactly the sampled token
   int priority = 0;
-  std::uint64_t last_served = 0;
+  std::uint64_t last_served = 0;      // step it last got tokens decoded
+  std::uint64_t ready_since = 0;      // step its queue last went from empty to not
+  // Its place in the scheduler's turns: since it was served or got new input.
+  std::uint64_t turn_since() const { return std::max(last_served, ready_since); }
   std::optional<Error> error;
   std::weak_ptr<struct ConvHandle> handle;  // the user's handles, if any left
 
@@ -152,6 +156,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   DecodeHook decode_hook;
   AbortHook abort_hook;
   CostModel cost;
+  double sample_seconds = 0;  // running time of one sample (weight 0.2 for the newest)
 
   // Read by the abort callback on a ggml thread.
   std::atomic<std::int64_t> abort_deadline_ns{0};  // 0 = none
@@ -180,6 +185,13 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::unique_lock<std::mutex> kv_lock();
 
   Conv &get(std::uint64_t id);  // under mu; throws Errc::disposed
+  // Whether any spill tier exists, i.e. a slot can ever be freed by parking.
+  bool spill_on() const {
+    return params.spill.recompute || params.spill.ram_bytes > 0 || !params.spill.disk_dir.empty();
+  }
+  // Gives c (resident, no slot) a free slot now; without one, when spill is
+  // off, no slot can come free for it: throws Errc::out_of_range.
+  void claim_slot_locked(Conv &c, const char *what);
   void dispose_locked(Conv &c);
   // Ends c's running generation (if any); returns the text it still held back.
   // With publish = false, done() turns true only when deliver_events() has
@@ -195,7 +207,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   void to_recompute_locked(Conv &c);         // drop KV, keep tokens
   bool restore_locked(Conv &c);              // needs a free slot and cells
   Conv *pick_victim_locked(const Conv &for_whom, bool idle_only);
-  void make_resident_locked(std::uint32_t token_budget);  // before planning
+  // Before planning. Returns whether someone still waits for a slot that
+  // waiting longer will get it (it may then park a busy conversation).
+  bool make_resident_locked(std::uint32_t token_budget);
   std::uint32_t idle_cells_locked(const Conv *except) const;  // parkable cells
 
   StepResult step(const StepBudget &budget);

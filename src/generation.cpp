@@ -1,6 +1,8 @@
 // Generation: sampling for generating conversations, streaming, finishing.
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "executor_core.hpp"
 #include "internal.hpp"
 
@@ -45,8 +47,12 @@ void ExecutorCore::sample_phase_locked(StepResult &result) {
     Token token = 0;
     try {
       Sampler &s = g.own_sampler ? *g.own_sampler : sampler_of(c);
+      const auto s0 = std::chrono::steady_clock::now();
       token = s.sample(c.logits);
       s.accept(token);
+      // A time budget keeps room for the sampling after its decode.
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      sample_seconds = sample_seconds == 0 ? took : 0.8 * sample_seconds + 0.2 * took;
     } catch (const Error &e) {
       finish_generation_locked(c, FinishReason::error, e);
       continue;

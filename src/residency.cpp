@@ -164,7 +164,7 @@ Conv *ExecutorCore::pick_victim_locked(const Conv &for_whom, bool idle_only) {
   return best;
 }
 
-void ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
+bool ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
   // Who waits to become resident, most urgent first.
   std::vector<Conv *> &wanting = plan_convs;  // scratch; the plan rebuilds it
   wanting.clear();
@@ -179,6 +179,7 @@ void ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
     if (a->priority != b->priority) return a->priority > b->priority;
     return a->waiting_since < b->waiting_since;
   });
+  bool may_age = false;
   for (Conv *w : wanting) {
     const std::uint32_t need = w->where == Residency::recompute ? 0 : w->parked_n;
     // A busy conversation gives up its slot only to one that has waited a
@@ -193,6 +194,8 @@ void ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
       w->waiting_since = 0;
       w->prefetch = false;
       w->pinned_step = steps;
+    } else if (!may_evict_busy) {
+      may_age = true;
     }
   }
   // Resident conversations with input may need cells that idle ones hold.
@@ -211,6 +214,7 @@ void ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
     }
     if (v == nullptr || !park_locked(*v)) break;
   }
+  return may_age;
 }
 
 }  // namespace detail

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "executor_core.hpp"
 #include "internal.hpp"
@@ -34,6 +35,12 @@ void check_budget(const StepBudget &b, std::uint32_t n_batch) {
 StepResult ExecutorCore::step(const StepBudget &budget) {
   const auto t0 = Clock::now();
   check_budget(budget, params.n_batch);
+  // The stepping thread already holds step_mu: waiting for it would hang.
+  if (stepping.load() == std::this_thread::get_id()) {
+    fail(Errc::invalid_argument,
+         "step() called from a callback on the stepping thread (on_token or on_pressure) while that step runs; "
+         "return from the callback and step again");
+  }
   std::unique_lock step_lock(step_mu);
   stepping.store(std::this_thread::get_id());
   struct Unmark {
@@ -52,18 +59,34 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
   ++steps;
   sample_phase_locked(result);
 
-  make_resident_locked(budget.max_tokens.value_or(params.n_batch));
+  const std::uint64_t moves_before = parks + restores + recomputes;
+  const bool may_age = make_resident_locked(budget.max_tokens.value_or(params.n_batch));
+  const bool spill_on = params.spill.recompute || params.spill.ram_bytes > 0 || !params.spill.disk_dir.empty();
   for (int attempt = 0;; ++attempt) {
     candidates.clear();
     plan_convs.clear();
     std::uint64_t wanted = 0, depth_sum = 0;
-    std::uint32_t no_slot = 0;
+    std::uint32_t no_slot = 0, held_back = 0, generating = 0;
+    std::optional<std::uint64_t> reclaimable;  // cells parking idle ones would free
     for (auto &[id, cp] : convs) {
       Conv &c = *cp;
       if (c.n_queued() == 0 || c.error) continue;
       if (c.where != Residency::resident) {
         ++no_slot;  // parked: waits for a slot or cells
         continue;
+      }
+      const std::uint32_t room = n_ctx - std::min(n_ctx, c.n_decoded());
+      if (params.pressure == PressurePolicy::wait && !c.gen_token_queued) {
+        // A prompt that cannot finish in the cells there are waits whole,
+        // rather than taking the last free cells and stalling everyone else.
+        const std::uint32_t need = std::min(c.n_queued(), room);
+        if (need > ledger.free()) {
+          if (!reclaimable) reclaimable = spill_on ? idle_cells_locked(nullptr) : 0;
+          if (need > ledger.free() + *reclaimable) {
+            ++held_back;
+            continue;
+          }
+        }
       }
       if (c.seq < 0) {
         if (free_seqs.empty()) {
@@ -73,22 +96,24 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
         c.seq = free_seqs.back();
         free_seqs.pop_back();
       }
-      const std::uint32_t room = n_ctx - std::min(n_ctx, c.n_decoded());
       candidates.push_back({static_cast<std::uint32_t>(plan_convs.size()), c.n_queued(), room, c.priority,
-                            c.last_served, c.gen_token_queued});
+                            c.turn_since(), c.gen_token_queued});
       plan_convs.push_back(&c);
       wanted += std::min(c.n_queued(), room);
       depth_sum += c.n_decoded();
+      generating += c.gen ? 1u : 0u;
     }
     std::uint32_t token_budget = budget.max_tokens.value_or(params.n_batch);
     if (budget.max_time && !candidates.empty()) {
-      const double left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count();
+      // What is left of the budget, less the sampling that follows the decode.
+      const double left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
+                          sample_seconds * generating;
       const double depth = static_cast<double>(depth_sum) / static_cast<double>(candidates.size());
       token_budget = cost.tokens_within(left, depth, token_budget);
     }
     plan_batch(candidates, {token_budget, ledger.free(), params.max_prompt_chunk, steps}, plan);
     const bool pressure = ledger.free() < std::min<std::uint64_t>(token_budget, wanted);
-    result.blocked = no_slot;
+    result.blocked = no_slot + held_back;
     if (!pressure) break;
     // Who got less than it wanted, and who got nothing, because cells ran out.
     Conv *first_short = nullptr;
@@ -131,7 +156,9 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
   }
 
   if (plan.empty()) {
-    result.idle = result.blocked == 0 && result.tokens_sampled == 0;
+    // Idle: this step changed nothing, so the next one would not either —
+    // whoever is blocked waits for the caller (dispose, rewind, clear_error).
+    result.idle = result.tokens_sampled == 0 && parks + restores + recomputes == moves_before && !may_age;
     lock.unlock();
     deliver_events();
     result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();

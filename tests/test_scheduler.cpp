@@ -43,6 +43,19 @@ std::map<std::uint32_t, std::uint32_t> by_index(const std::vector<PlanEntry> &ou
   return m;
 }
 
+// The planner's ranking: effective priority (one level per kAgingSteps
+// waited), then longest waiting, then generating before prompts, then index.
+bool ranks_before(const PlanCandidate &a, const PlanCandidate &b, std::uint64_t step) {
+  auto eff = [step](const PlanCandidate &c) {
+    return static_cast<std::int64_t>(c.priority) +
+           static_cast<std::int64_t>(step > c.waiting_since ? (step - c.waiting_since) / kAgingSteps : 0);
+  };
+  if (eff(a) != eff(b)) return eff(a) > eff(b);
+  if (a.waiting_since != b.waiting_since) return a.waiting_since < b.waiting_since;
+  if (a.generating != b.generating) return a.generating;
+  return a.index < b.index;
+}
+
 // Zero is rare in a uniform 0..5000, so force it sometimes to reach the edge cases.
 std::uint32_t maybe_zero(std::mt19937 &rng, std::uint32_t hi) {
   return uniform(rng, 0, 9) == 0 ? 0 : uniform(rng, 0, hi);
@@ -74,7 +87,7 @@ TEST(Scheduler, RandomProperties) {
       c.queued = c.generating ? (uniform(rng, 0, 3) == 0 ? uniform(rng, 1, 5000) : 1) : maybe_zero(rng, 5000);
       c.room = maybe_zero(rng, 5000);
       c.priority = static_cast<int>(uniform(rng, 0, 6)) - 3;
-      c.last_served = uniform(rng, 0, static_cast<std::uint32_t>(limits.step));
+      c.waiting_since = uniform(rng, 0, static_cast<std::uint32_t>(limits.step));
     }
     const auto original = cands;
     std::map<std::uint32_t, PlanCandidate> cand_of;
@@ -100,8 +113,6 @@ TEST(Scheduler, RandomProperties) {
     ASSERT_LE(total, limit);
 
     std::map<std::uint32_t, std::uint32_t> got;
-    bool seen_prompt = false;
-    std::uint64_t gen_total = 0;
     for (const auto &e : out) {
       ASSERT_TRUE(cand_of.count(e.index)) << "unknown index " << e.index;
       ASSERT_EQ(got.count(e.index), 0u) << "index " << e.index << " planned twice";
@@ -111,20 +122,20 @@ TEST(Scheduler, RandomProperties) {
       ASSERT_LE(e.n_tokens, std::min(c.queued, c.room));
       if (c.generating) {
         ASSERT_EQ(e.n_tokens, 1u);
-        ASSERT_FALSE(seen_prompt) << "generating entry " << e.index << " after a prompt entry";
-        ++gen_total;
-      } else {
-        seen_prompt = true;
-        if (limits.max_chunk != 0) {
-          ASSERT_LE(e.n_tokens, limits.max_chunk);
-        }
+      } else if (limits.max_chunk != 0) {
+        ASSERT_LE(e.n_tokens, limits.max_chunk);
       }
     }
 
-    // A generating candidate is left out only when generating ones filled the batch.
+    // Turns: a candidate that could take a token is left out only when the
+    // batch is full of one-token turns of candidates ranked above it.
     for (const auto &c : original) {
-      if (c.generating && c.queued > 0 && c.room > 0 && !got.count(c.index)) {
-        ASSERT_EQ(gen_total, limit) << "generating " << c.index << " left out";
+      if (cap_of(c, limits) == 0 || got.count(c.index)) continue;
+      ASSERT_EQ(out.size(), limit) << "index " << c.index << " left out of a batch with room for another turn";
+      for (const auto &e : out) {
+        ASSERT_EQ(e.n_tokens, 1u);
+        ASSERT_TRUE(ranks_before(cand_of[e.index], c, limits.step))
+            << "index " << e.index << " served before " << c.index << " which ranks above it";
       }
     }
 
@@ -138,12 +149,16 @@ TEST(Scheduler, RandomProperties) {
       }
     }
 
-    // Fair share: when every eligible prompt can get a token, each gets at least
-    // min(cap, what is left after generating / eligible prompts).
-    const std::uint64_t after_gen = limit - gen_total;
-    std::uint64_t eligible = 0;
-    for (const auto &c : original) eligible += !c.generating && cap_of(c, limits) > 0;
-    if (eligible > 0 && eligible <= after_gen) {
+    // Fair share: when every candidate can get a turn, each prompt gets at
+    // least min(cap, what is left after the generating ones / prompts).
+    std::uint64_t eligible = 0, gen_total = 0, takers = 0;
+    for (const auto &c : original) {
+      if (cap_of(c, limits) == 0) continue;
+      ++takers;
+      if (c.generating) ++gen_total; else ++eligible;
+    }
+    const std::uint64_t after_gen = limit - std::min<std::uint64_t>(limit, gen_total);
+    if (eligible > 0 && takers <= limit) {
       const std::uint64_t share = after_gen / eligible;
       for (const auto &c : original) {
         if (c.generating || cap_of(c, limits) == 0) continue;
@@ -153,7 +168,9 @@ TEST(Scheduler, RandomProperties) {
   }
 }
 
-TEST(Scheduler, GeneratingFirstLeastRecentlyServed) {
+// On a tie in rank (same priority, same wait) generating conversations go
+// first, and among those who waited longer the oldest go first.
+TEST(Scheduler, GeneratingFirstOnATieOldestFirstOtherwise) {
   std::vector<PlanEntry> out;
   for (unsigned seed = 1; seed <= 500; ++seed) {
     std::mt19937 rng(seed);
@@ -161,32 +178,120 @@ TEST(Scheduler, GeneratingFirstLeastRecentlyServed) {
     std::vector<PlanCandidate> cands;
     for (std::uint32_t i = 0; i < n_gen; ++i) {
       cands.push_back({.index = i, .queued = 1, .room = uniform(rng, 1, 100), .priority = 0,
-                       .last_served = uniform(rng, 0, 50), .generating = true});
+                       .waiting_since = 50, .generating = true});
     }
-    // Prompts that would win on every other criterion must still wait.
     for (std::uint32_t i = 0; i < 20; ++i) {
-      cands.push_back({.index = 1000 + i, .queued = 100, .room = 100, .priority = 3, .last_served = 0,
-                       .generating = false});
+      cands.push_back({.index = 1000 + i, .queued = 100, .room = 100, .priority = 0, .waiting_since = 50});
     }
     std::shuffle(cands.begin(), cands.end(), rng);
-    const auto original = cands;
-    const PlanLimits limits{.budget = uniform(rng, 1, n_gen - 1), .free_cells = 1000, .max_chunk = 0, .step = 60};
+    const PlanLimits limits{.budget = uniform(rng, 1, n_gen - 1), .free_cells = 1000, .max_chunk = 0, .step = 51};
     plan_batch(cands, limits, out);
-    SCOPED_TRACE(::testing::Message() << "seed " << seed << " n_gen " << n_gen << " budget " << limits.budget);
+    ASSERT_EQ(out.size(), limits.budget) << "seed " << seed;
+    for (const auto &e : out) ASSERT_LT(e.index, 1000u) << "seed " << seed << ": a prompt went before a tie";
 
-    ASSERT_EQ(out.size(), limits.budget);
-    const auto got = by_index(out);
-    std::uint64_t newest_chosen = 0, oldest_left = UINT64_MAX;
-    for (const auto &c : original) {
-      if (!c.generating) {
-        ASSERT_FALSE(got.count(c.index)) << "prompt " << c.index << " served before generating ones";
-      } else if (got.count(c.index)) {
-        newest_chosen = std::max(newest_chosen, c.last_served);
-      } else {
-        oldest_left = std::min(oldest_left, c.last_served);
+    // A prompt that has waited longer than every generating one goes first.
+    cands.push_back({.index = 5000, .queued = 100, .room = 100, .priority = 0, .waiting_since = 49});
+    plan_batch(cands, limits, out);
+    ASSERT_EQ(out.front().index, 5000u) << "seed " << seed;
+  }
+}
+
+// The case: eight conversations generating, a 256-token prompt
+// queued, a budget of 4 tokens a step. Before turns, the prompt got nothing in
+// 300 steps. Now everyone is served within ceil(9 / 4) = 3 steps.
+TEST(Scheduler, APromptIsNotStarvedByGeneratingConversations) {
+  std::vector<PlanCandidate> live, cands;
+  std::vector<PlanEntry> out;
+  for (std::uint32_t i = 0; i < 8; ++i) {
+    live.push_back({.index = i, .queued = 1, .room = 4096, .generating = true});
+  }
+  live.push_back({.index = 8, .queued = 256, .room = 4096});
+  std::vector<std::uint64_t> last(9, 0);
+  std::uint64_t prompt_tokens = 0, worst = 0;
+  for (std::uint64_t step = 1; step <= 300; ++step) {
+    cands = live;
+    plan_batch(cands, {.budget = 4, .free_cells = 100000, .max_chunk = 0, .step = step}, out);
+    ASSERT_EQ(total_of(out), 4u);
+    for (const auto &e : out) {
+      auto &c = live[e.index];
+      c.waiting_since = step;
+      worst = std::max(worst, step - last[e.index]);
+      last[e.index] = step;
+      if (e.index == 8) {
+        prompt_tokens += e.n_tokens;
+        c.queued -= e.n_tokens;
       }
     }
-    EXPECT_LE(newest_chosen, oldest_left);
+  }
+  EXPECT_LE(worst, 3u);
+  EXPECT_GE(prompt_tokens, 300u / 3) << "the prompt is decoded a token per turn";
+}
+
+// Liveness with arrivals and departures: N generating and M prompting
+// conversations, random arrivals (waiting from the step they arrive, as
+// prompt() sets it), generations that end, prompts that turn into
+// generations, any budget 1..64, equal priorities. A candidate that starts
+// waiting at step s, when R candidates are alive, is served by step
+// s + ceil(R / T): those ranked ahead of it only shrink, T a step.
+TEST(Scheduler, EveryCandidateIsServedWithinTheBound) {
+  struct Sim {
+    PlanCandidate c;
+    std::uint64_t bound_step = 0;  // must be served by then
+  };
+  std::vector<PlanCandidate> cands;
+  std::vector<PlanEntry> out;
+  for (unsigned seed = 1; seed <= 200; ++seed) {
+    std::mt19937 rng(seed);
+    const std::uint32_t budget = uniform(rng, 0, 3) == 0 ? 1 : uniform(rng, 1, 64);
+    const std::uint32_t max_chunk = uniform(rng, 0, 1) == 0 ? 0 : uniform(rng, 1, 32);
+    std::vector<Sim> live;
+    std::uint32_t next_id = 0;
+    auto arrive = [&](std::uint64_t step, bool generating) {
+      live.push_back({.c = {.index = next_id++, .queued = generating ? 1 : uniform(rng, 1, 300), .room = 100000,
+                            .waiting_since = step, .generating = generating}});
+    };
+    const std::uint32_t n0 = uniform(rng, 1, 40);
+    for (std::uint32_t i = 0; i < n0; ++i) arrive(0, uniform(rng, 0, 1) == 0);
+    auto set_bounds = [&](std::uint64_t step) {
+      const auto r = static_cast<std::uint64_t>(live.size());
+      for (auto &s : live) {
+        if (s.c.waiting_since == step && s.bound_step == 0) s.bound_step = step + (r + budget - 1) / budget;
+      }
+    };
+    set_bounds(0);
+    std::uint64_t served = 0;
+    for (std::uint64_t step = 1; step <= 400; ++step) {
+      cands.clear();
+      for (const auto &s : live) cands.push_back(s.c);
+      plan_batch(cands, {.budget = budget, .free_cells = 1000000, .max_chunk = max_chunk, .step = step}, out);
+      const auto got = by_index(out);
+      for (auto it = live.begin(); it != live.end();) {
+        auto &s = *it;
+        const auto g = got.find(s.c.index);
+        if (g == got.end()) {
+          ASSERT_LT(step, s.bound_step) << "seed " << seed << " budget " << budget << ": conversation "
+                                        << s.c.index << " waiting since " << s.c.waiting_since << " not served";
+          ++it;
+          continue;
+        }
+        ++served;
+        s.c.waiting_since = step;
+        s.bound_step = 0;
+        if (!s.c.generating) {
+          s.c.queued -= g->second;
+          if (s.c.queued == 0) s.c = {.index = s.c.index, .queued = 1, .room = 100000, .waiting_since = step,
+                                      .generating = true};  // its reply starts
+        } else if (uniform(rng, 0, 19) == 0) {
+          it = live.erase(it);  // the reply ended
+          continue;
+        }
+        ++it;
+      }
+      const std::uint32_t arrivals = uniform(rng, 0, 3) == 0 ? uniform(rng, 1, 3) : 0;
+      for (std::uint32_t a = 0; a < arrivals && live.size() < 120; ++a) arrive(step, uniform(rng, 0, 2) == 0);
+      set_bounds(step);
+    }
+    EXPECT_GE(served, 400u) << "seed " << seed << ": someone is served every step";
   }
 }
 
@@ -225,7 +330,7 @@ TEST(Scheduler, HigherPriorityFirstWhenBudgetIsTight) {
     std::vector<PlanCandidate> cands;
     for (std::uint32_t i = 0; i < n; ++i) {
       cands.push_back({.index = i, .queued = uniform(rng, 1, 500), .room = 1000,
-                       .priority = static_cast<int>(uniform(rng, 0, 6)) - 3, .last_served = served});
+                       .priority = static_cast<int>(uniform(rng, 0, 6)) - 3, .waiting_since = served});
     }
     const auto original = cands;
     const PlanLimits limits{.budget = uniform(rng, 1, n - 1), .free_cells = 1000, .max_chunk = 0,
@@ -294,7 +399,7 @@ TEST(Scheduler, ShortPromptsAreNotStarvedByALongOne) {
         const auto g = got.find(s.c.index);
         if (g != got.end()) {
           s.c.queued -= g->second;
-          s.c.last_served = step;
+          s.c.waiting_since = step;
           if (s.c.index == 0) ++long_served;
         }
         if (s.c.queued > 0) {
@@ -358,7 +463,7 @@ TEST(Scheduler, AgingServesLowPriorityUnderLoad) {
         const auto g = got.find(c.index);
         if (g == got.end()) continue;
         c.queued -= g->second;
-        c.last_served = step;
+        c.waiting_since = step;
       }
       if (got.count(0)) {
         worst_gap = std::max(worst_gap, step - last_x);
@@ -393,7 +498,7 @@ TEST(Scheduler, NoAllocationOnceReserved) {
     const std::uint32_t n = uniform(rng, 0, kMax);
     for (std::uint32_t k = 0; k < n; ++k) {
       cands.push_back({.index = k, .queued = uniform(rng, 0, 600), .room = uniform(rng, 0, 600),
-                       .priority = static_cast<int>(uniform(rng, 0, 6)) - 3, .last_served = uniform(rng, 0, 100),
+                       .priority = static_cast<int>(uniform(rng, 0, 6)) - 3, .waiting_since = uniform(rng, 0, 100),
                        .generating = uniform(rng, 0, 3) == 0});
       if (cands.back().generating) cands.back().queued = std::max(cands.back().queued, 1u);
     }
