@@ -29,7 +29,7 @@ std::vector<PlanCandidate> make_candidates(std::uint32_t n, std::uint64_t step) 
     c.queued = c.generating ? 1 : uniform(1, 2000);
     c.room = uniform(1000, 4096);
     c.priority = static_cast<int>(uniform(0, 6)) - 3;
-    c.last_served = step - uniform(1, 100);
+    c.waiting_since = step - uniform(1, 100);
   }
   // Callers pass conversations in map order, not grouped by kind.
   std::shuffle(cands.begin(), cands.end(), rng);

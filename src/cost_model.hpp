@@ -36,9 +36,15 @@ class CostModel {
   void observe(std::uint32_t tokens, double kv_depth, double seconds);
   // Predicted seconds for such a decode.
   double predict(std::uint32_t tokens, double kv_depth) const;
-  // The most tokens (at least 1, at most `cap`) predicted to fit `seconds`.
+  // The most tokens (at least 1, at most `cap`) predicted to fit `seconds`,
+  // with the margin below.
   std::uint32_t tokens_within(double seconds, double kv_depth, std::uint32_t cap) const;
   std::uint64_t samples() const noexcept { return samples_; }
+  // How much longer than predicted a decode may take: a running estimate of
+  // the 95th percentile of (actual / predicted), at least 1. A plan must fit
+  // the budget at the 99th percentile of steps, not on average, so
+  // tokens_within() plans against predictions times this.
+  double margin() const noexcept { return margin_; }
 
  private:
   static constexpr int kDim = 3;
@@ -53,6 +59,7 @@ class CostModel {
   double seen_cost(std::uint32_t n, double kv_depth) const;
   double line(std::uint32_t tokens, double kv_depth) const;
   std::uint64_t samples_ = 0;
+  double margin_ = 1.0;
 };
 
 }  // namespace weft::detail

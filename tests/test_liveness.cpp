@@ -274,3 +274,39 @@ TEST(Liveness, AWaitingPromptDoesNotStallOthers) {
   EXPECT_EQ(big.tokens(), x);
   EXPECT_EQ(big.n_queued(), 0u);
 }
+
+// More conversations than slots (spilled to RAM): slots are time-sliced, so
+// everyone still progresses. A conversation that waits for a slot may park a
+// busy one after kAgingSteps (8) steps; it then ranks first, having waited
+// longest. Bound: 8 steps for the slot, plus ceil(W / n_seq_max) steps when W
+// others wait for slots ahead of it, plus ceil(R / T) for its turn.
+TEST(Liveness, ConversationsBeyondTheSlotsTakeTurnsToo) {
+  const auto &m = weft_test::tiny();
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    std::mt19937 rng(seed);
+    const std::uint32_t slots = 2 + seed % 3, n = slots * 3, budget = uniform(rng, 1, 6);
+    weft::Executor ex(m, {.n_ctx = 4096, .n_batch = 64, .n_seq_max = slots, .n_threads = 1});
+    std::vector<weft::Conversation> convs;
+    std::vector<weft::Generation> gens;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      convs.push_back(ex.create());
+      convs.back().prompt(random_tokens(rng, m, 4, true));
+      gens.push_back(convs.back().generate({.max_tokens = 1000}));
+    }
+    const std::uint32_t bound = 8 + (n + slots - 1) / slots + (n + budget - 1) / budget;
+    std::vector<std::uint32_t> waited(n, 0);
+    std::uint32_t worst = 0;
+    for (int step = 0; step < 200; ++step) {
+      std::vector<std::uint32_t> before;
+      for (auto &c : convs) before.push_back(c.n_decoded());
+      ex.step({.max_tokens = budget});
+      for (std::uint32_t i = 0; i < n; ++i) {
+        waited[i] = convs[i].n_decoded() > before[i] ? 0 : waited[i] + 1;
+        worst = std::max(worst, waited[i]);
+      }
+    }
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " slots " << slots << " budget " << budget);
+    EXPECT_LE(worst, bound);
+    EXPECT_GT(ex.stats().parks, 0u) << "the slots were time-sliced";
+  }
+}

@@ -63,8 +63,10 @@ class WEFT_API Conversation {
   // Queues input; never decodes, never waits for a decode. Any length: long
   // input is decoded over several steps. Throws Errc::out_of_range when the
   // conversation would exceed the executor's n_ctx (naming both), or, under
-  // PressurePolicy::fail, when the executor's free KV cells cannot take it;
-  // Errc::out_of_range for a token id outside the vocabulary;
+  // PressurePolicy::fail, when the executor's free KV cells cannot take it,
+  // or when it needs a sequence slot, all n_seq_max are held and spill is
+  // off (no tier could ever free one); Errc::out_of_range for a token id
+  // outside the vocabulary;
   // Errc::invalid_argument for an empty prompt or while a generation runs.
   void prompt(std::string_view text, const PromptOptions &options = {});
   void prompt(std::span<const Token> tokens);
@@ -79,7 +81,9 @@ class WEFT_API Conversation {
   // sampler state. The decoded prefix is shared in the KV cache (no copy, no
   // re-decode). Without a free slot an idle conversation is parked to make
   // one; failing that the child starts parked with a copy of the KV data.
-  // A parked source's child shares its parked data.
+  // A parked source's child shares its parked data. Throws
+  // Errc::out_of_range when it would need a slot and none can be had: all
+  // held, none idle to park, and no spill tier can take the copy.
   Conversation fork();
 
   // Drops the last n tokens (queued ones first, then decoded ones). Logits
@@ -122,8 +126,9 @@ class WEFT_API Conversation {
   // The conversation's sampler (used by sample() and by generate() without
   // its own). Default: greedy. Throws Errc::invalid_argument for bad params.
   void set_sampler(const SamplerParams &params);
-  // Scheduling priority for its prompt chunks; higher goes first, waiting
-  // ones age so none starves. Default 0.
+  // Scheduling priority; higher goes first when a step's budget cannot serve
+  // everyone. A conversation waiting behind higher ones rises a level every
+  // 8 steps it waits, so none starves (docs/EXECUTOR.md, "Turns"). Default 0.
   void set_priority(int priority);
 
   // The last error a step hit for this conversation (decode failure, no KV
