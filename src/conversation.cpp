@@ -369,7 +369,7 @@ std::optional<Generation> Conversation::generation() const {
 }
 
 Conversation Executor::create() {
-  auto &core = *core_;
+  auto &core = detail::live_core(core_);
   std::lock_guard lock(core.mu);
   if (core.closed) detail::fail(Errc::disposed, "the executor was destroyed");
   auto c = std::make_unique<Conv>();

@@ -198,6 +198,11 @@ void ExecutorCore::dispose_locked(Conv &c) {
   convs.erase(c.id);
 }
 
+ExecutorCore &live_core(const std::shared_ptr<ExecutorCore> &core) {
+  if (!core) fail(Errc::disposed, "the executor was moved from");
+  return *core;
+}
+
 }  // namespace detail
 
 Executor::Executor(Model model, const ExecutorParams &params)
@@ -225,18 +230,28 @@ Executor &Executor::operator=(Executor &&other) noexcept {
   return *this;
 }
 
-StepResult Executor::step(const StepBudget &budget) { return core_->step(budget); }
-
-std::uint32_t Executor::cells_free() const {
-  std::lock_guard lock(core_->mu);
-  return core_->ledger.free();
+StepResult Executor::step(const StepBudget &budget) {
+  auto &core = detail::live_core(core_);
+  // max_tokens = 0 means n_batch, as 0 does in the C ABI and C#.
+  if (budget.max_tokens == 0u) {
+    StepBudget b = budget;
+    b.max_tokens.reset();
+    return core.step(b);
+  }
+  return core.step(budget);
 }
 
-const Model &Executor::model() const { return core_->model; }
-const ExecutorParams &Executor::params() const { return core_->params; }
+std::uint32_t Executor::cells_free() const {
+  auto &core = detail::live_core(core_);
+  std::lock_guard lock(core.mu);
+  return core.ledger.free();
+}
+
+const Model &Executor::model() const { return detail::live_core(core_).model; }
+const ExecutorParams &Executor::params() const { return detail::live_core(core_).params; }
 
 ExecutorStats Executor::stats() const {
-  auto &c = *core_;
+  auto &c = detail::live_core(core_);
   std::lock_guard lock(c.mu);
   ExecutorStats s;
   s.n_ctx = c.n_ctx;
@@ -279,17 +294,17 @@ ExecutorStats Executor::stats() const {
 }
 
 void detail::set_decode_hook(Executor &executor, DecodeHook hook) {
-  auto &core = executor.impl();
-  auto lock = core->kv_lock();
-  std::lock_guard guard(core->mu);
-  core->decode_hook = std::move(hook);
+  auto &core = live_core(executor.impl());
+  auto lock = core.kv_lock();
+  std::lock_guard guard(core.mu);
+  core.decode_hook = std::move(hook);
 }
 
 void detail::set_abort_hook(Executor &executor, AbortHook hook) {
-  auto &core = executor.impl();
-  auto lock = core->kv_lock();
-  std::lock_guard guard(core->mu);
-  core->abort_hook = std::move(hook);
+  auto &core = live_core(executor.impl());
+  auto lock = core.kv_lock();
+  std::lock_guard guard(core.mu);
+  core.abort_hook = std::move(hook);
 }
 
 }  // namespace weft

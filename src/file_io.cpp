@@ -58,11 +58,24 @@ void write_file_atomic(const std::string &path, std::span<const std::uint8_t> by
   f.commit();
 }
 
+void require_regular_file(const std::string &path, const char *what) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  switch (st.type()) {
+    case std::filesystem::file_type::regular: return;
+    case std::filesystem::file_type::not_found:
+      fail(Errc::not_found, fmt::format("{} '{}' does not exist", what, path));
+    case std::filesystem::file_type::directory:
+      fail(Errc::invalid_argument, fmt::format("{} '{}' is a directory, not a file", what, path));
+    case std::filesystem::file_type::none:  // status() itself failed (e.g. permission denied)
+      fail(Errc::io, fmt::format("cannot look at {} '{}': {}", what, path, ec.message()));
+    default: fail(Errc::invalid_argument, fmt::format("{} '{}' is not a regular file", what, path));
+  }
+}
+
 std::vector<std::uint8_t> read_file(const std::string &path, std::uint64_t max_bytes) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    fail(Errc::not_found, fmt::format("'{}' does not exist or is not a regular file", path));
-  }
+  require_regular_file(path, "file");
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) fail(Errc::io, fmt::format("cannot stat '{}': {}", path, ec.message()));
   if (size > max_bytes) {

@@ -29,7 +29,13 @@ class TempFile {
 
 // Writes `bytes` to `path` atomically (TempFile).
 void write_file_atomic(const std::string &path, std::span<const std::uint8_t> bytes);
-// Reads a whole file; Errc::not_found if missing, Errc::out_of_range if it is
+// Checks that `path` names a regular file: Errc::not_found if nothing is
+// there, Errc::invalid_argument for a directory or another non-file,
+// Errc::io if it cannot be looked at. `what` names it ("model file").
+void require_regular_file(const std::string &path, const char *what);
+
+// Reads a whole file; Errc::not_found if missing, invalid_argument for a
+// directory (require_regular_file), Errc::out_of_range if it is
 // larger than `max_bytes`, Errc::io on a read error.
 std::vector<std::uint8_t> read_file(const std::string &path, std::uint64_t max_bytes);
 

@@ -1,6 +1,7 @@
 // Internal helpers shared across weft's sources. Not installed.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "weft/error.hpp"
@@ -8,6 +9,8 @@
 struct ggml_tensor;
 
 namespace weft::detail {
+
+struct ExecutorCore;
 
 // Installs weft's log router into llama.cpp/ggml and initialises the backend,
 // once per process; every entry point that may reach llama.cpp calls it.
@@ -21,5 +24,9 @@ void log_warning(const std::string &line);
 
 // Formats with fmt and throws Error(code, message).
 [[noreturn]] void fail(Errc code, const std::string &message);
+
+// The core behind an Executor's public entry points; Errc::disposed when the
+// Executor was moved from (its core_ is null), instead of a null dereference.
+ExecutorCore &live_core(const std::shared_ptr<ExecutorCore> &core);
 
 }  // namespace weft::detail

@@ -6,9 +6,9 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 
+#include "file_io.hpp"
 #include "internal.hpp"
 #include "model_impl.hpp"
 
@@ -56,10 +56,7 @@ std::uint64_t compute_fingerprint(const llama_model *m, const std::string &path)
 }
 
 void check_gguf_magic(const std::string &path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    detail::fail(Errc::not_found, fmt::format("model file '{}' does not exist or is not a regular file", path));
-  }
+  detail::require_regular_file(path, "model file");
   std::ifstream in(path, std::ios::binary);
   std::array<char, 4> magic{};
   if (!in.read(magic.data(), magic.size())) {

@@ -199,7 +199,7 @@ void Conversation::prefetch() {
 }
 
 Conversation Executor::load(std::span<const std::uint8_t> state) {
-  auto &x = *core_;
+  auto &x = detail::live_core(core_);
   auto d = detail::decode_for(x, state);  // validates before anything changes
   auto kv = x.kv_lock();
   std::lock_guard lock(x.mu);
@@ -208,11 +208,12 @@ Conversation Executor::load(std::span<const std::uint8_t> state) {
 }
 
 Conversation Executor::load(const std::string &path) {
+  detail::live_core(core_);  // disposed before any file error
   return load(detail::read_file(path, detail::kMaxStateFile));
 }
 
 std::vector<std::uint8_t> Executor::save_all() {
-  auto &x = *core_;
+  auto &x = detail::live_core(core_);
   auto kv = x.kv_lock();
   std::lock_guard lock(x.mu);
   std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> all;
@@ -224,7 +225,7 @@ std::vector<std::uint8_t> Executor::save_all() {
 void Executor::save_all(const std::string &path) { detail::write_file_atomic(path, save_all()); }
 
 std::map<std::uint64_t, Conversation> Executor::load_all(std::span<const std::uint8_t> snapshot) {
-  auto &x = *core_;
+  auto &x = detail::live_core(core_);
   const auto parts = detail::decode_snapshot(snapshot, x.model.fingerprint());
   std::vector<std::pair<std::uint64_t, detail::Decoded>> decoded;
   for (const auto &[id, bytes] : parts) decoded.emplace_back(id, detail::decode_for(x, bytes));
@@ -249,6 +250,7 @@ std::map<std::uint64_t, Conversation> Executor::load_all(std::span<const std::ui
 }
 
 std::map<std::uint64_t, Conversation> Executor::load_all(const std::string &path) {
+  detail::live_core(core_);  // disposed before any file error
   return load_all(detail::read_file(path, detail::kMaxStateFile * 4));
 }
 

@@ -132,22 +132,25 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-// Header + body + CRC-32 of everything before it.
+// Magic + version + body + CRC-32 of everything before it. The frame is the
+// same in every version, so the CRC is checked first: damaged version bytes
+// are corruption, and only an intact file of another version is incompatible.
 void check_frame(std::span<const std::uint8_t> bytes, const char (&magic)[8], const char *what) {
   if (bytes.size() < 8 + 4 + 4 || std::memcmp(bytes.data(), magic, 8) != 0) {
     fail(Errc::corrupt, fmt::format("{}: not a weft state (bad magic or {} bytes)", what, bytes.size()));
   }
   std::uint32_t version;
   std::memcpy(&version, bytes.data() + 8, 4);
-  if (version != kStateVersion) {
-    fail(Errc::incompatible, fmt::format("{}: format version {} is not supported (this weft reads version {})", what,
-                                         version, kStateVersion));
-  }
   std::uint32_t stored;
   std::memcpy(&stored, bytes.data() + bytes.size() - 4, 4);
   const std::uint32_t actual = crc32(bytes.first(bytes.size() - 4));
   if (stored != actual) {
-    fail(Errc::corrupt, fmt::format("{}: checksum mismatch (stored {:08x}, computed {:08x})", what, stored, actual));
+    fail(Errc::corrupt, fmt::format("{}: checksum mismatch (stored {:08x}, computed {:08x}; version field {})", what,
+                                    stored, actual, version));
+  }
+  if (version != kStateVersion) {
+    fail(Errc::incompatible, fmt::format("{}: format version {} is not supported (this weft reads version {})", what,
+                                         version, kStateVersion));
   }
 }
 

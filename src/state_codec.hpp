@@ -48,9 +48,10 @@ struct ConvRecord {
 
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab);
 
-// Throws Errc::corrupt (bad magic, checksum, truncation, a length past its
-// bound, an id outside the vocabulary), Errc::incompatible (another format
-// version, another model), Errc::out_of_range (history + queue > n_ctx).
+// Throws Errc::corrupt (bad magic, checksum — checked before the version, so
+// damaged version bytes are corrupt — truncation, a length past its bound, an
+// id outside the vocabulary), Errc::incompatible (another format version in
+// an intact file, another model), Errc::out_of_range (history + queue > n_ctx).
 ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_t fingerprint,
                                std::int32_t n_vocab, std::uint32_t n_ctx);
 

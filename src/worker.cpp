@@ -40,19 +40,22 @@ void ExecutorCore::worker_loop() {
 }  // namespace detail
 
 void Executor::start(const WorkerParams &params) {
-  auto &c = *core_;
+  auto &c = detail::live_core(core_);
   if (params.idle_wait.count() <= 0) {
     detail::fail(Errc::invalid_argument,
                  fmt::format("WorkerParams.idle_wait = {} ms must be > 0", params.idle_wait.count()));
   }
-  detail::check_budget(params.budget, c.params.n_batch);
+  WorkerParams wp = params;
+  // max_tokens = 0 means n_batch, as in step() (and as 0 does in the C ABI).
+  if (wp.budget.max_tokens == 0u) wp.budget.max_tokens.reset();
+  detail::check_budget(wp.budget, c.params.n_batch);
   if (params.budget.deadline) {
     detail::fail(Errc::invalid_argument, "WorkerParams.budget.deadline: an absolute deadline cannot repeat; use max_time");
   }
   std::lock_guard lock(c.mu);
   if (c.closed) detail::fail(Errc::disposed, "the executor was destroyed");
   if (c.worker.joinable()) detail::fail(Errc::invalid_argument, "the worker is already running");
-  c.worker_params = params;
+  c.worker_params = wp;
   c.worker_stop = false;
   c.work_pending = true;
   c.worker = std::thread([&c] { c.worker_loop(); });
@@ -77,12 +80,13 @@ void Executor::stop() {
 }
 
 bool Executor::running() const {
-  std::lock_guard lock(core_->mu);
-  return core_->worker.joinable();
+  auto &c = detail::live_core(core_);
+  std::lock_guard lock(c.mu);
+  return c.worker.joinable();
 }
 
 std::vector<Event> Executor::poll_events(std::size_t max) {
-  auto &c = *core_;
+  auto &c = detail::live_core(core_);
   std::lock_guard lock(c.mu);
   const std::size_t n = std::min(max, c.event_queue.size());
   std::vector<Event> out(std::make_move_iterator(c.event_queue.begin()),

@@ -234,6 +234,9 @@ static void test_model(void) {
   CHECK(m == NULL);
   mp.path = NULL;
   CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_NULL_ARG, "path");
+  mp.path = "/tmp"; /* a directory is named as one, not "does not exist" */
+  CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_INVALID_ARGUMENT, "'/tmp' is a directory");
+  CHECK(m == NULL);
   mp.path = __FILE__; /* a C file is not a GGUF */
   CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_CORRUPT, "");
   mp.path = g_model_path;
@@ -389,6 +392,48 @@ static void test_executor_errors(void) {
   CHECK_OK(weft_executor_cells_free(ex, &free_cells));
   CHECK(free_cells == 256);
   CHECK_ERR(weft_executor_cells_free(ex, NULL), WEFT_ERR_NULL_ARG, "out");
+  CHECK_OK(weft_executor_free(ex));
+  CHECK_OK(weft_model_free(m));
+}
+
+/* max_tokens = 0 means n_batch (64 here), as in C++ and C#: for a step and
+   for the worker's budget. */
+static void test_budget_zero_is_n_batch(void) {
+  enum { N = 100 };
+  weft_model *m = load_tiny();
+  weft_executor *ex;
+  weft_conversation *c = NULL;
+  weft_token toks[N];
+  weft_step_budget b;
+  weft_step_result r;
+  weft_worker_params wp;
+  weft_executor_stats st;
+  double t0;
+  int i;
+  if (!m) return;
+  ex = make_executor(m, 512, 2);
+  for (i = 0; i < N; ++i) toks[i] = 100 + i;
+  CHECK_OK(weft_conversation_create(ex, &c));
+  CHECK_OK(weft_conversation_prompt_tokens(c, toks, N));
+  CHECK_OK(weft_step_budget_init(&b, sizeof b));
+  b.max_tokens = 0;
+  memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  CHECK_OK(weft_executor_step(ex, &b, &r));
+  CHECK(r.tokens_decoded == 64);
+  CHECK_OK(weft_worker_params_init(&wp, sizeof wp));
+  wp.budget = &b;
+  CHECK_OK(weft_executor_start(ex, &wp));
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  t0 = now_s();
+  do {
+    sleep_ms(2);
+    CHECK_OK(weft_executor_get_stats(ex, &st));
+  } while (st.queued_tokens > 0 && now_s() - t0 < 30);
+  CHECK(st.queued_tokens == 0 && st.tokens_decoded == N);
+  CHECK_OK(weft_executor_stop(ex));
+  CHECK_OK(weft_conversation_free(c));
   CHECK_OK(weft_executor_free(ex));
   CHECK_OK(weft_model_free(m));
 }
@@ -1468,6 +1513,7 @@ int main(int argc, char **argv) {
       {"model", test_model},
       {"handles", test_handles},
       {"executor_errors", test_executor_errors},
+      {"budget_zero_is_n_batch", test_budget_zero_is_n_batch},
       {"fork_equivalence", test_fork_equivalence},
       {"rewind_remove_shift", test_rewind_remove_shift},
       {"generation", test_generation},

@@ -297,9 +297,12 @@ namespace Weft
 
     public struct StepBudget
     {
-        // Most tokens to decode; 0 = the executor's batch size.
+        // Most tokens to decode; 0 (the default) = the executor's batch size
+        // (n_batch), as 0 means in C++ and C. At most n_batch; negative throws.
         public int MaxTokens;
         // Soft target: decode what the learned cost model predicts fits.
+        // null (the default) = none; a value must be > 0 (as in C++; C, which
+        // has no "unset", uses 0 for none).
         public TimeSpan? MaxTime;
         // Hard limit from the call: stop between micro-batches once passed.
         public TimeSpan? Deadline;
@@ -310,6 +313,8 @@ namespace Weft
             Native.Check(Native.weft_step_budget_init(ref n, Native.Size(Marshal.SizeOf(typeof(StepBudgetNative)))));
             if (MaxTokens < 0) throw new ArgumentOutOfRangeException("MaxTokens", MaxTokens, "must be >= 0");
             n.max_tokens = (uint)MaxTokens;
+            if (MaxTime.HasValue && MaxTime.Value <= TimeSpan.Zero)
+                throw new ArgumentOutOfRangeException("MaxTime", MaxTime.Value, "must be > 0 (null = none)");
             if (MaxTime.HasValue) n.max_time_us = Math.Max(1, MaxTime.Value.Ticks / 10);
             if (Deadline.HasValue) n.deadline_us = Math.Max(1, Deadline.Value.Ticks / 10);
             return n;

@@ -9,6 +9,10 @@
 // Ownership: the Executor object is move-only. Conversations keep the shared
 // internals alive; once the Executor object is destroyed their operations
 // throw Errc::disposed and the llama_context is freed with the last handle.
+// A moved-from Executor is empty: its destructor and stop() do nothing,
+// assigning another Executor to it revives it, and every other member throws
+// Errc::disposed ("the executor was moved from") — model() and params() too,
+// since there is nothing left for their references to name.
 // The Model is shared, read-only, by any number of executors.
 //
 // Thread-safety: any method may be called from any thread. step() calls are
@@ -37,7 +41,10 @@ enum class FlashAttention { automatic, enabled, disabled };
 
 // What happens when queued input cannot get KV cells now.
 enum class PressurePolicy {
-  wait,      // leave it queued; it goes on when cells free up (default)
+  wait,      // leave it queued; it goes on when cells free up (default). A
+             // prompt that cannot finish in the free cells (plus what parking
+             // idle conversations would free) waits whole, taking no cells,
+             // so running generations keep the cells they need
   fail,      // refuse prompt() that cannot fit now; at step time, set the
              // conversation's error() and hold its input back
   callback,  // call ExecutorParams::on_pressure, then retry once, then wait
@@ -110,8 +117,8 @@ struct ExecutorParams {
 };
 
 struct StepBudget {
-  // Most tokens to decode in this step; default (nullopt) = n_batch. Must be
-  // in [1, n_batch].
+  // Most tokens to decode in this step; default (nullopt) or 0 = n_batch,
+  // as 0 means in the C ABI and C#. Must be <= n_batch.
   std::optional<std::uint32_t> max_tokens;
   // Wall-clock target: the step decodes as many tokens as its cost model
   // (learned from the batches decoded so far) predicts fit, at least one
@@ -136,13 +143,18 @@ struct StepResult {
   std::uint32_t blocked = 0;          // conversations waiting for KV cells or a slot
   double seconds = 0;                 // wall time of the step
   double decode_seconds = 0;          // of which in llama_decode
-  bool idle = false;                  // there was nothing to do
+  // The step changed nothing (no token decoded or sampled, nobody parked or
+  // restored), so the next step would not either: nothing is queued, or all
+  // that is waits for the caller (`blocked`: freed cells, a dispose, a
+  // cleared error). `while (!ex.step().idle) {}` ends.
+  bool idle = false;
   bool deadline_hit = false;          // the hard deadline stopped the step early
 };
 
 // Background stepping (Executor::start).
 struct WorkerParams {
-  // The budget of each step the worker runs. Default: n_batch tokens.
+  // The budget of each step the worker runs (max_tokens 0 = n_batch, as in
+  // step(); no deadline). Default: n_batch tokens.
   StepBudget budget;
   // Longest sleep while idle before looking again; new work (a prompt, a
   // generation, a cleared error, freed cells) wakes the worker at once.
@@ -226,7 +238,11 @@ class WEFT_API Executor {
   // One scheduling round. Throws Errc::invalid_argument for a bad budget;
   // decode failures do not throw: they reach the affected conversations.
   // Steps are serialised: a call made while another thread (or the worker)
-  // steps waits for that step to end, then runs its own.
+  // steps waits for that step to end, then runs its own. Called from a
+  // callback on the stepping thread (on_token, on_pressure), whose step is
+  // still running, it throws Errc::invalid_argument instead of waiting for
+  // itself. Liveness: every runnable conversation gets a token within
+  // ceil(R / T) steps (R runnable, T tokens a step; docs/EXECUTOR.md).
   StepResult step(const StepBudget &budget = {});
 
   // Runs steps on an executor-owned thread until stop(): it sleeps while
@@ -249,9 +265,10 @@ class WEFT_API Executor {
   // history, queued input, logits, sampler state and running generation (as
   // conv.generation(); callbacks do not travel) come back: sampling works at
   // once. Resident if a slot and cells are free, else parked. Throws
-  // Errc::corrupt, incompatible (another model or format version),
-  // out_of_range (longer than this n_ctx), not_found/io (files); the executor
-  // is then unchanged. Waits for a running step.
+  // Errc::corrupt (damaged, a damaged version field included), incompatible
+  // (another model, or an intact state of another format version),
+  // out_of_range (longer than this n_ctx), not_found/invalid_argument/io
+  // (files: missing, a directory, unreadable); the executor is then unchanged. Waits for a running step.
   Conversation load(std::span<const std::uint8_t> state);
   Conversation load(const std::string &path);
 
@@ -270,7 +287,7 @@ class WEFT_API Executor {
   const Model &model() const;
   const ExecutorParams &params() const;
 
-  // For weft's own internals; not part of the stable API.
+  // For weft's own internals; not part of the stable API. Null once moved from.
   const std::shared_ptr<detail::ExecutorCore> &impl() const noexcept { return core_; }
 
  private:

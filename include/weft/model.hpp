@@ -54,8 +54,9 @@ struct DetokenizeOptions {
 
 class WEFT_API Model {
  public:
-  // Loads a GGUF model. Throws Error: not_found (no such file), corrupt (not a
-  // GGUF or unreadable by llama.cpp), cancelled (on_progress returned false).
+  // Loads a GGUF model. Throws Error: not_found (no such file),
+  // invalid_argument (an empty path, or one naming a directory), corrupt (not
+  // a GGUF or unreadable by llama.cpp), cancelled (on_progress returned false).
   static Model load(const ModelParams &params);
 
   // Text -> tokens. Never throws for any UTF-8 or binary input.

@@ -154,8 +154,9 @@ typedef struct weft_model_params {
 
 WEFT_C_API weft_status weft_model_params_init(weft_model_params *params, size_t struct_size);
 
-// Loads a model. WEFT_ERR_NOT_FOUND (no such file), WEFT_ERR_CORRUPT (not a
-// GGUF llama.cpp can read), WEFT_ERR_CANCELLED (on_progress returned 0).
+// Loads a model. WEFT_ERR_NOT_FOUND (no such file), WEFT_ERR_INVALID_ARGUMENT
+// (a directory), WEFT_ERR_CORRUPT (not a GGUF llama.cpp can read),
+// WEFT_ERR_CANCELLED (on_progress returned 0).
 WEFT_C_API weft_status weft_model_load(const weft_model_params *params, weft_model **out);
 WEFT_C_API weft_status weft_model_free(weft_model *model);
 
@@ -279,7 +280,7 @@ typedef struct weft_step_budget {
   // one in flight) once this much time has passed; decoded work is kept, the
   // rest stays queued. 0 = none. Default 0. Not for the worker.
   int64_t deadline_us;
-  uint32_t max_tokens;  // most tokens to decode; 0 = n_batch. Default 0; at most n_batch
+  uint32_t max_tokens;  // most tokens to decode; 0 = n_batch (as in C++ and C#). Default 0; at most n_batch
 } weft_step_budget;
 
 WEFT_C_API weft_status weft_step_budget_init(weft_step_budget *budget, size_t struct_size);
@@ -500,9 +501,11 @@ WEFT_C_API weft_status weft_bytes_free(weft_bytes *bytes);
 WEFT_C_API weft_status weft_conversation_save(const weft_conversation *conversation, weft_bytes **out);
 WEFT_C_API weft_status weft_conversation_save_file(const weft_conversation *conversation, const char *path);
 // A saved conversation, back in this executor: resident if a slot and cells
-// are free, else parked. WEFT_ERR_CORRUPT, WEFT_ERR_INCOMPATIBLE (another
-// model or format version), WEFT_ERR_OUT_OF_RANGE (longer than this n_ctx),
-// WEFT_ERR_NOT_FOUND / WEFT_ERR_IO (files); the executor is then unchanged.
+// are free, else parked. WEFT_ERR_CORRUPT (damaged, version field included),
+// WEFT_ERR_INCOMPATIBLE (another model, or an intact state of another format
+// version), WEFT_ERR_OUT_OF_RANGE (longer than this n_ctx), WEFT_ERR_NOT_FOUND
+// / WEFT_ERR_INVALID_ARGUMENT / WEFT_ERR_IO (files: missing, a directory,
+// unreadable); the executor is then unchanged.
 WEFT_C_API weft_status weft_executor_load(weft_executor *executor, const uint8_t *data, size_t size,
                                           weft_conversation **out);
 WEFT_C_API weft_status weft_executor_load_file(weft_executor *executor, const char *path, weft_conversation **out);

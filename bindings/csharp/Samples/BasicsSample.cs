@@ -43,6 +43,7 @@ namespace Weft.Samples
         private static void Errors(Model model, string modelPath)
         {
             Check.Throws(Status.NotFound, "/nonexistent.gguf", () => Model.Load("/nonexistent.gguf"), "missing model");
+            Check.Throws(Status.InvalidArgument, "'/tmp' is a directory", () => Model.Load("/tmp"), "directory as a model");
             Check.Throws(Status.Cancelled, "cancelled", () => Model.Load(modelPath,
                 new ModelParams { UseMmap = false, OnProgress = p => false }), "load cancelled by progress");
             Check.Throws(Status.InvalidArgument, "n_batch = 2",
@@ -65,6 +66,18 @@ namespace Weft.Samples
                 () => c.Generate(new GenerateParams { Stop = new[] { "" } }), "empty stop string");
             var budget = new StepBudget { MaxTokens = 65 };
             Check.Throws(Status.InvalidArgument, "max_tokens = 65", () => ex.Step(budget), "budget past n_batch");
+            // MaxTokens = 0 (the default) means n_batch, as in C++ and C.
+            var longPrompt = ex.CreateConversation();
+            var toks = new int[100];
+            for (int i = 0; i < toks.Length; ++i) toks[i] = 100 + i;
+            longPrompt.Prompt(toks);
+            Check.Equal(64, ex.Step(new StepBudget { MaxTokens = 0 }).TokensDecoded, "MaxTokens 0 = n_batch");
+            longPrompt.Dispose();
+            // A zero MaxTime is refused, as in C++ (null is "none").
+            bool refused = false;
+            try { ex.Step(new StepBudget { MaxTime = TimeSpan.Zero }); }
+            catch (ArgumentOutOfRangeException e) { refused = e.Message.Contains("must be > 0"); }
+            Check.True(refused, "MaxTime zero refused");
             Check.True(c.Error == null, "no step error");
 
             // Use after Dispose: the SafeHandle refuses it before weft sees it.
