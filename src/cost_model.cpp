@@ -71,7 +71,7 @@ void CostModel::observe(std::uint32_t tokens, double kv_depth, double seconds) {
 }
 
 double CostModel::seen_cost(std::uint32_t n, double kv_depth) const {
-  // Moved from the depth it was seen at to this one with the line's depth term.
+  // Moved from the depth it was seen at to this one.
   const Seen &e = seen_[n];
   return e.seconds + std::max(0.0, w_[2]) * n * (kv_depth - e.depth) / 1024.0;
 }

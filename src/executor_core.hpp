@@ -136,6 +136,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     Conv *conv;
     std::uint32_t n;          // planned tokens
     std::uint32_t done = 0;   // committed so far
+    std::uint32_t sliced = 0; // handed to micro-batches so far
     bool failed = false;
     bool counted = false;     // counted in StepResult::conversations
   };

@@ -65,7 +65,8 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
   for (int attempt = 0;; ++attempt) {
     candidates.clear();
     plan_convs.clear();
-    std::uint64_t wanted = 0, depth_sum = 0;
+    std::uint64_t wanted = 0;
+    double depth_sum = 0, depth_weight = 0;
     std::uint32_t no_slot = 0, held_back = 0, generating = 0;
     std::optional<std::uint64_t> reclaimable;  // cells parking idle ones would free
     for (auto &[id, cp] : convs) {
@@ -100,7 +101,11 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
                             c.turn_since(), c.gen_token_queued});
       plan_convs.push_back(&c);
       wanted += std::min(c.n_queued(), room);
-      depth_sum += c.n_decoded();
+      // Attention costs by each token's own position: weigh what each wants.
+      std::uint32_t w = c.gen_token_queued ? 1u : std::min(c.n_queued(), room);
+      if (params.max_prompt_chunk != 0) w = std::min(w, params.max_prompt_chunk);
+      depth_sum += w * (c.n_decoded() + w / 2.0);
+      depth_weight += w;
       generating += c.gen ? 1u : 0u;
     }
     std::uint32_t token_budget = budget.max_tokens.value_or(params.n_batch);
@@ -108,7 +113,7 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
       // What is left of the budget, less the sampling that follows the decode.
       const double left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
                           sample_seconds * generating;
-      const double depth = static_cast<double>(depth_sum) / static_cast<double>(candidates.size());
+      const double depth = depth_weight > 0 ? depth_sum / depth_weight : 0;
       token_budget = cost.tokens_within(left, depth, token_budget);
     }
     plan_batch(candidates, {token_budget, ledger.free(), params.max_prompt_chunk, steps}, plan);
@@ -219,11 +224,12 @@ void ExecutorCore::commit_part(const Part &part, int last_row, StepResult &resul
 bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std::unique_lock<std::mutex> &lock) {
   // Without a deadline the whole plan goes to one llama_decode; with one,
   // a micro-batch per call, so the clock can be checked between them and
-  // every call that succeeds is whole (logits included).
+  // every call that succeeds is whole (logits included). Segments are in
+  // rank order, so the first micro-batch (which always completes) serves
+  // the conversations that waited longest.
   const bool has_deadline = budget.deadline.has_value();
   const std::uint32_t cap = has_deadline ? params.n_ubatch : params.n_batch;
-  std::size_t cursor = 0;       // next segment to slice from
-  std::uint32_t cursor_off = 0;  // tokens of it already sliced
+  std::size_t cursor = 0;  // next segment to slice from
   parts.clear();
   auto &stack = work_ranges;  // [begin, end) ranges of `parts` still to decode
   stack.clear();
@@ -231,27 +237,20 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
 
   for (;;) {
     if (stack.empty()) {
-      while (cursor < segments.size() && (segments[cursor].failed || cursor_off == segments[cursor].n)) {
-        ++cursor;
-        cursor_off = 0;
+      const std::size_t begin = parts.size();
+      std::uint32_t room = cap;
+      for (; room > 0 && cursor < segments.size(); ++cursor) {
+        Segment &s = segments[cursor];
+        const std::uint32_t n = s.failed ? 0 : std::min(room, s.n - s.sliced);
+        if (n > 0) parts.push_back({static_cast<std::uint32_t>(cursor), n});
+        s.sliced += n;
+        room -= n;
+        if (!s.failed && s.sliced < s.n) break;  // the micro-batch is full
       }
-      if (cursor == segments.size()) return false;
+      if (parts.size() == begin) return false;  // the plan is done
       // Between micro-batches; the first always runs (a deadline that had
       // passed when the step began was handled in step()).
       if (has_deadline && result.tokens_decoded > 0 && Clock::now() >= *budget.deadline) return true;
-      const std::size_t begin = parts.size();
-      std::uint32_t room = cap;
-      while (room > 0 && cursor < segments.size()) {
-        const Segment &s = segments[cursor];
-        const std::uint32_t n = std::min(room, s.n - cursor_off);
-        if (!s.failed && n > 0) parts.push_back({static_cast<std::uint32_t>(cursor), n});
-        room -= s.failed ? 0 : n;
-        cursor_off += s.failed ? s.n - cursor_off : n;
-        if (cursor_off == s.n) {
-          ++cursor;
-          cursor_off = 0;
-        }
-      }
       stack.push_back({begin, parts.size()});
     }
     const auto [lo, hi] = stack.back();
@@ -259,7 +258,7 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
 
     llama_batch &b = *batch;
     b.n_tokens = 0;
-    std::uint64_t depth = 0;
+    double depth = 0;  // summed position of every token in the batch
     std::size_t live = 0;
     for (std::size_t i = lo; i < hi; ++i) {
       const Segment &s = segments[parts[i].seg];
@@ -275,7 +274,7 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
         b.seq_id[row][0] = c.seq;
         b.logits[row] = output && k + 1 == n;
       }
-      depth += c.n_decoded();
+      depth += n * (c.n_decoded() + (n - 1) / 2.0);
       ++live;
     }
     if (live == 0) continue;
@@ -297,7 +296,7 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
     ++result.decode_calls;
 
     if (rc == 0) {
-      cost.observe(static_cast<std::uint32_t>(b.n_tokens), static_cast<double>(depth) / static_cast<double>(live),
+      cost.observe(static_cast<std::uint32_t>(b.n_tokens), depth / static_cast<double>(b.n_tokens),
                    took);
       int row = 0;
       for (std::size_t i = lo; i < hi; ++i) {
@@ -317,7 +316,17 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
         llama_memory_seq_rm(mem, c.seq, static_cast<llama_pos>(c.n_decoded()), -1);
       }
     }
-    if (rc == 2 && aborted.load()) return true;  // our deadline, not a fault
+    if (rc == 2 && aborted.load()) {
+      // Our deadline, not a fault. It took at least this long: if that is
+      // more than predicted, the cost model learns it (else a chunk that
+      // does not fit would be planned, and aborted, every step).
+      const double at_least = took;
+      const double d = depth / std::max(1, b.n_tokens);
+      if (at_least > cost.predict(static_cast<std::uint32_t>(b.n_tokens), d)) {
+        cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, at_least);
+      }
+      return true;
+    }
     ++decode_failures;
     if (live > 1) {
       // Narrow the failure down: each half on its own.
