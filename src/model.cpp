@@ -1,4 +1,5 @@
 // weft::Model: loading, tokenizer, metadata and fingerprint.
+#include <ggml-cpu.h>
 #include <llama.h>
 
 #include <fmt/format.h>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 
 #include "file_io.hpp"
 #include "internal.hpp"
@@ -99,6 +101,19 @@ Model Model::load(const ModelParams &params) {
   mp.n_gpu_layers = params.n_gpu_layers;
   if (!params.use_mmap) mp.load_mode = LLAMA_LOAD_MODE_NONE;
   mp.vocab_only = params.vocab_only;
+  if (ggml_cpu_has_amx_int8() != 0) {
+    // The pinned llama.cpp's AMX matmul (an extra CPU buffer type) crashes on
+    // quantised weights (q8_0, q4_0: seen on a Xeon with AMX; llama.cpp issue
+    // 20824). Without extra buffer types the weights stay in plain CPU memory
+    // and the ordinary kernels run.
+    mp.use_extra_bufts = false;
+    static std::once_flag once;
+    std::call_once(once, [] {
+      detail::log_warning("this CPU has AMX: llama.cpp's AMX and repacked weight buffers are off (its AMX matmul "
+                          "crashes on quantised weights, llama.cpp issue 20824)");
+    });
+  }
+
   ProgressBridge bridge{&params.on_progress};
   if (params.on_progress) {
     mp.progress_callback = &ProgressBridge::call;
