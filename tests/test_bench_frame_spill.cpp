@@ -6,6 +6,7 @@
 
 #include "cli_run.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -34,9 +35,16 @@ nlohmann::json read_json(const fs::path &path) {
   return j;
 }
 
-void check_frame_row(const nlohmann::json &r, unsigned frames) {
-  for (const char *k : {"budget_ms", "steps", "p50_ms", "p99_ms", "max_ms", "over_budget_share", "tokens_decoded",
-                        "tokens_sampled", "deadline_hits", "busy_s", "tokens_per_s", "vs_unbudgeted"})
+// Every field of a frame row is there and agrees with the others; `frames`
+// and `arrivals` are what the command line asked for.
+void check_frame_row(const nlohmann::json &r, unsigned frames, unsigned conversations, unsigned arrivals) {
+  for (const char *k : {"budget_ms", "floor_ms", "target_judged", "steps", "p50_ms", "p99_ms", "max_ms",
+                        "over_budget_share", "tokens_decoded", "tokens_sampled", "deadline_hits", "busy_s", "wall_s",
+                        "busy_tokens_per_s", "wall_tokens_per_s", "wall_sampled_per_s", "vs_unbudgeted_busy",
+                        "vs_unbudgeted_wall", "npc_tokens_min", "npc_tokens_median", "npc_tokens_max",
+                        "npc_tokens_total", "npc_longest_wait_frames", "prompt_longest_wait_frames", "arrivals",
+                        "arrival_tokens_sampled", "ttft_frames_median", "ttft_frames_max", "arrivals_without_token",
+                        "arrivals_starved", "grace_frames"})
     ASSERT_TRUE(r.contains(k)) << k << " missing in " << r.dump();
   EXPECT_EQ(r["steps"].get<unsigned>(), frames);
   EXPECT_LE(r["p50_ms"].get<double>(), r["p99_ms"].get<double>());
@@ -45,34 +53,112 @@ void check_frame_row(const nlohmann::json &r, unsigned frames) {
   EXPECT_GE(share, 0.0);
   EXPECT_LE(share, 1.0);
   EXPECT_LE(r["deadline_hits"].get<unsigned>(), frames);
-  EXPECT_GE(r["tokens_per_s"].get<double>(), 0.0);
+
+  // Rates are tokens over the seconds they claim; wall time holds every step.
+  const double wall = r["wall_s"], busy = r["busy_s"];
+  const auto decoded = r["tokens_decoded"].get<double>(), sampled = r["tokens_sampled"].get<double>();
+  EXPECT_GE(wall, busy);
+  EXPECT_GT(wall, 0.0);
+  EXPECT_NEAR(r["wall_tokens_per_s"].get<double>() * wall, decoded, 1e-6 * decoded + 1e-9);
+  EXPECT_NEAR(r["wall_sampled_per_s"].get<double>() * wall, sampled, 1e-6 * sampled + 1e-9);
+  EXPECT_GT(busy, 0.0);
+  EXPECT_NEAR(r["busy_tokens_per_s"].get<double>() * busy, decoded, 1e-6 * decoded + 1e-9);
+
+  // Per-NPC tokens: ordered, summing with the arrivals' to what the steps sampled.
+  const auto npc_min = r["npc_tokens_min"].get<std::uint64_t>(), npc_max = r["npc_tokens_max"].get<std::uint64_t>();
+  const auto npc_total = r["npc_tokens_total"].get<std::uint64_t>();
+  const double npc_median = r["npc_tokens_median"];
+  EXPECT_LE(double(npc_min), npc_median);
+  EXPECT_LE(npc_median, double(npc_max));
+  EXPECT_LE(npc_min * conversations, npc_total);
+  EXPECT_GE(npc_max * conversations, npc_total);
+  EXPECT_EQ(npc_total + r["arrival_tokens_sampled"].get<std::uint64_t>(), r["tokens_sampled"].get<std::uint64_t>());
+
+  // Waits fit in the run; an NPC with no token waited the whole run.
+  const auto npc_wait = r["npc_longest_wait_frames"].get<unsigned>();
+  const auto prompt_wait = r["prompt_longest_wait_frames"].get<unsigned>();
+  EXPECT_LE(npc_wait, frames);
+  EXPECT_LE(prompt_wait, frames);
+  EXPECT_EQ(npc_min == 0, npc_wait == frames);
+
+  // Arrivals: each either has a time to first token or is counted without one;
+  // a starved one (G frames, nothing decoded) is a prompt wait of at least G.
+  EXPECT_EQ(r["arrivals"].get<unsigned>(), arrivals);
+  const auto without = r["arrivals_without_token"].get<unsigned>();
+  const auto starved = r["arrivals_starved"].get<unsigned>();
+  EXPECT_LE(without, arrivals);
+  EXPECT_LE(starved, arrivals);
+  EXPECT_TRUE(starved == 0 || prompt_wait >= r["grace_frames"].get<unsigned>()) << r.dump();
+  EXPECT_EQ(r["ttft_frames_median"].is_null(), without == arrivals);
+  EXPECT_EQ(r["ttft_frames_max"].is_null(), without == arrivals);
+  if (!r["ttft_frames_max"].is_null()) {
+    EXPECT_GE(r["ttft_frames_median"].get<double>(), 1.0);
+    EXPECT_LE(r["ttft_frames_median"].get<double>(), r["ttft_frames_max"].get<double>());
+    EXPECT_LE(r["ttft_frames_max"].get<double>(), double(frames));
+  }
+
+  // What is judged follows from the budget and the floor; the verdicts from the numbers.
+  const double b = r["budget_ms"], floor = r["floor_ms"];
+  EXPECT_GT(floor, 0.0);
+  if (b <= 0) {
+    EXPECT_EQ(r["target_judged"], "none");
+    EXPECT_FALSE(r.contains("targets"));
+    return;
+  }
+  EXPECT_EQ(r["target_judged"], b >= 2 * floor ? "timing" : "progress_only");
+  ASSERT_TRUE(r.contains("targets") && r.contains("targets_met")) << r.dump();
+  const auto &t = r["targets"];
+  EXPECT_EQ(t["progress"].get<bool>(), npc_min > 0 && starved == 0);
+  bool all = t["progress"].get<bool>();
+  if (r["target_judged"] == "timing") {
+    EXPECT_EQ(t["p99_le_1_1B"].get<bool>(), r["p99_ms"].get<double>() <= 1.1 * b);
+    EXPECT_EQ(t["max_le_1_5B"].get<bool>(), r["max_ms"].get<double>() <= 1.5 * b);
+    EXPECT_EQ(t["throughput_ge_0_8x"].get<bool>(), r["vs_unbudgeted_wall"].get<double>() >= 0.8);
+    all = all && t["p99_le_1_1B"].get<bool>() && t["max_le_1_5B"].get<bool>() && t["throughput_ge_0_8x"].get<bool>();
+  } else {
+    for (const char *k : {"p99_le_1_1B", "max_le_1_5B", "throughput_ge_0_8x"}) EXPECT_TRUE(t[k].is_null()) << k;
+  }
+  EXPECT_EQ(r["targets_met"].get<bool>(), all);
 }
 
 TEST(BenchFrame, JsonRowsAreCompleteAndConsistent) {
   const auto out = json_path("frame");
-  const auto r = weft("bench frame -m " + kTiny + " -n 2 --frames 12 --arrive-every 4 --arrival-tokens 32 "
-                      "--budgets 4,16.6 --threads 2 --json " + out.string());
+  // 0.001 ms is below twice any floor (only progress is judged); 16.6 ms is
+  // judged on timing wherever the floor is under 8.3 ms.
+  const auto r = weft("bench frame -m " + kTiny + " -n 3 --frames 12 --arrive-every 4 --arrival-tokens 32 "
+                      "--budgets 0.001,16.6 --threads 1 --json " + out.string());
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("p99 <= 1.1*B"), std::string::npos) << r.output;
+  for (const char *s : {"p99 <= 1.1*B", "a step of one token", "back to back", "only progress is judged",
+                        "progress: every NPC sampled"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << " not in\n" << r.output;
   const auto j = read_json(out);
   EXPECT_EQ(j["bench"], "frame");
   EXPECT_GT(j["one_token_step_ms"].get<double>(), 0.0);  // the floor under any budget
-  EXPECT_NE(r.output.find("a step of one token"), std::string::npos) << r.output;
-  check_frame_row(j["unbudgeted"], 12);
-  EXPECT_DOUBLE_EQ(j["unbudgeted"]["budget_ms"].get<double>(), 0.0);
-  EXPECT_GT(j["unbudgeted"]["tokens_decoded"].get<unsigned>(), 0u);
+  // Arrivals at frames 0, 4 and 8.
+  check_frame_row(j["unbudgeted"], 12, 3, 3);
+  const auto &base = j["unbudgeted"];
+  EXPECT_DOUBLE_EQ(base["budget_ms"].get<double>(), 0.0);
+  EXPECT_GT(base["tokens_decoded"].get<unsigned>(), 0u);
+  // Unbudgeted, each step decodes everything queued: every NPC talks, every
+  // arrival answers, nobody waits.
+  EXPECT_GT(base["npc_tokens_min"].get<unsigned>(), 0u);
+  EXPECT_EQ(base["arrivals_without_token"].get<unsigned>(), 0u);
+  EXPECT_EQ(base["arrivals_starved"].get<unsigned>(), 0u);
+  EXPECT_EQ(base["prompt_longest_wait_frames"].get<unsigned>(), 0u);
+  EXPECT_DOUBLE_EQ(base["vs_unbudgeted_wall"].get<double>(), 1.0);
   ASSERT_EQ(j["rows"].size(), 2u);
-  EXPECT_DOUBLE_EQ(j["rows"][0]["budget_ms"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(j["rows"][0]["budget_ms"].get<double>(), 0.001);
   EXPECT_DOUBLE_EQ(j["rows"][1]["budget_ms"].get<double>(), 16.6);
+  EXPECT_EQ(j["rows"][0]["target_judged"], "progress_only");
   for (const auto &row : j["rows"]) {
-    check_frame_row(row, 12);
-    ASSERT_TRUE(row.contains("targets"));
-    for (const char *k : {"p99_le_1_1B", "max_le_1_5B", "throughput_ge_0_8x"}) EXPECT_TRUE(row["targets"][k].is_boolean());
+    check_frame_row(row, 12, 3, 3);
+    EXPECT_DOUBLE_EQ(row["floor_ms"].get<double>(), j["one_token_step_ms"].get<double>());
   }
 }
 
 TEST(BenchFrame, BadInputFailsWithAMessage) {
-  for (const std::string args : {"--budgets 0", "--budgets -4", "--budgets 4,x", "-n 0", "--frames 0", "--bogus"}) {
+  for (const std::string args :
+       {"--budgets 0", "--budgets -4", "--budgets 4,x", "-n 0", "--frames 0", "--grace-frames 0", "--bogus"}) {
     const auto r = weft("bench frame -m " + kTiny + " " + args);
     EXPECT_NE(r.status, 0) << args;
     EXPECT_FALSE(r.output.empty()) << args;
