@@ -59,13 +59,18 @@ ggml_type to_ggml(KvType t) {
   return GGML_TYPE_F16;
 }
 
-llama_flash_attn_type to_llama(FlashAttention f) {
+llama_flash_attn_type to_llama(FlashAttention f, const Model &model, KvType kv) {
   switch (f) {
     case FlashAttention::enabled: return LLAMA_FLASH_ATTN_TYPE_ENABLED;
     case FlashAttention::disabled: return LLAMA_FLASH_ATTN_TYPE_DISABLED;
     case FlashAttention::automatic: break;
   }
-  return LLAMA_FLASH_ATTN_TYPE_AUTO;
+  // On the CPU, llama.cpp's flash-attention kernel grows with each token's
+  // depth: a 48-token chunk at position 480 takes 72 ms on npc with it and 8
+  // ms without (tiny 16 vs 1.1, small 2011 vs 389; docs/EXECUTOR.md). So
+  // automatic means off unless layers run on a GPU, or the KV type needs it.
+  if (model.impl()->on_gpu || kv == KvType::q8_0) return LLAMA_FLASH_ATTN_TYPE_AUTO;
+  return LLAMA_FLASH_ATTN_TYPE_DISABLED;
 }
 
 // Called by ggml after each graph node, on its first thread.
@@ -108,7 +113,7 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   cp.kv_unified = true;  // forks share cells; per-slot caches split the context
   cp.type_k = to_ggml(params.kv_type);
   cp.type_v = to_ggml(params.kv_type);
-  cp.flash_attn_type = to_llama(params.flash_attn);
+  cp.flash_attn_type = to_llama(params.flash_attn, model, params.kv_type);
   cp.no_perf = true;
   take_llama_error();
   ctx = llama_init_from_model(model.impl()->model, cp);

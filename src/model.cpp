@@ -57,6 +57,14 @@ std::uint64_t compute_fingerprint(const llama_model *m, const std::string &path)
   return f.h;
 }
 
+bool gpu_present() {
+  for (std::size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    const auto type = ggml_backend_dev_type(ggml_backend_dev_get(i));
+    if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) return true;
+  }
+  return false;
+}
+
 void check_gguf_magic(const std::string &path) {
   detail::require_regular_file(path, "model file");
   std::ifstream in(path, std::ios::binary);
@@ -133,6 +141,7 @@ Model Model::load(const ModelParams &params) {
   impl->path = params.path;
   impl->n_vocab = llama_vocab_n_tokens(impl->vocab);
   impl->fingerprint = compute_fingerprint(m, params.path);
+  impl->on_gpu = params.n_gpu_layers != 0 && gpu_present();
   return Model(std::move(impl));
 }
 

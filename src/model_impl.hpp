@@ -17,6 +17,8 @@ struct Model::Impl {
   std::string path;
   std::int32_t n_vocab = 0;
   std::uint64_t fingerprint = 0;
+  // Whether any layer runs on a GPU (flash attention's default follows it).
+  bool on_gpu = false;
 
   Impl() = default;
   Impl(const Impl &) = delete;

@@ -73,7 +73,13 @@ TEST(State, SaveLoadEquivalence) {
     full.insert(full.end(), x.begin(), x.end());
     expect_logits_of(c, full, "original");
     expect_logits_of(d, full, "loaded");
-    EXPECT_EQ(d.logits(), c.logits()) << "the KV data came over exactly";
+    // The KV data came over exactly (the logits right after load are equal
+    // above). Decoding on from it in executor b, whose cache also holds the
+    // filler, need not be bit-equal to executor a: llama.cpp's attention
+    // without flash attention (weft's CPU default) reduces over every cell
+    // of the unified cache, masked ones included, so another fill rounds
+    // differently (seen: differences in the 7th digit). Within the noise floor.
+    EXPECT_LT(weft_test::nmse(d.logits(), c.logits()), weft_test::logits_tolerance(m));
   }
 }
 
