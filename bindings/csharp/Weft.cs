@@ -54,6 +54,8 @@ namespace Weft
 
     public enum LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3, None = 4 }
     public enum KvType { F16 = 0, F32 = 1, Q8_0 = 2 }
+    // Auto: off on the CPU (llama.cpp's CPU kernel slows with depth); llama.cpp decides
+    // when layers run on a GPU or the KV type needs it.
     public enum FlashAttention { Auto = 0, Enabled = 1, Disabled = 2 }
     public enum PressurePolicy { Wait = 0, Fail = 1, Callback = 2 }
     public enum FinishReason { Running = 0, MaxTokens = 1, EndOfGeneration = 2, StopString = 3, ContextFull = 4, Cancelled = 5, Error = 6 }

@@ -247,7 +247,9 @@ typedef struct weft_executor_params {
   uint32_t n_seq_max;         // conversations resident at once, [1, 256]. Default 16
   int32_t n_threads;          // decode threads; 0 = all hardware threads. Default 0
   int32_t kv_type;            // a weft_kv_type. Default WEFT_KV_F16
-  int32_t flash_attn;         // a weft_flash_attn. Default WEFT_FLASH_ATTN_AUTO
+  // A weft_flash_attn. Default WEFT_FLASH_ATTN_AUTO: off on the CPU (llama.cpp's
+  // CPU kernel slows with depth); llama.cpp decides with GPU layers or a q8_0 KV.
+  int32_t flash_attn;
   int32_t pressure;           // a weft_pressure_policy. Default WEFT_PRESSURE_WAIT
   uint32_t max_prompt_chunk;  // most prompt tokens per conversation per step; 0 = no cap. Default 0
   weft_bool events;           // post tokens, finished generations and errors for
