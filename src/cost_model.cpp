@@ -24,7 +24,7 @@ constexpr double kRateAlpha = 0.3;
 
 // The error margin: its quantile, its step per sample, its cap, and how
 // many decodes it waits for (the first ones are mostly the prior's error).
-constexpr double kMarginQuantile = 0.95, kMarginStep = 0.02, kMarginMax = 3.0;
+constexpr double kMarginQuantile = 0.99, kMarginStep = 0.02, kMarginMax = 3.0;
 constexpr std::uint64_t kMarginWarmup = 8;
 
 }  // namespace
@@ -39,10 +39,14 @@ void CostModel::observe(std::uint32_t tokens, double kv_depth, double seconds) {
   // Track the 95th percentile of the prediction's error (a stochastic
   // quantile estimate: up 0.95 steps when above, down 0.05 when below), once
   // predictions stand on a few samples of this size.
+  // Small sizes (the table) and large ones (the line) err differently, so
+  // each has its own: a few prompt chunks among many generating steps must
+  // not hide in the small sizes' quantile.
   if (samples_ >= kMarginWarmup && (tokens >= kSmall || seen_[tokens].n >= 2)) {
+    double &m = margin_[tokens >= kSmall ? 1 : 0];
     const double ratio = seconds / std::max(predict(tokens, kv_depth), 1e-9);
-    margin_ += ratio > margin_ ? kMarginStep * kMarginQuantile : -kMarginStep * (1 - kMarginQuantile);
-    margin_ = std::clamp(margin_, 1.0, kMarginMax);
+    m += ratio > m ? kMarginStep * kMarginQuantile : -kMarginStep * (1 - kMarginQuantile);
+    m = std::clamp(m, 1.0, kMarginMax);
   }
   const auto x = features(tokens, kv_depth);
   // Standard RLS update: k = P x / (lambda + x' P x); w += k (y - w'x); P = (P - k x' P) / lambda.
@@ -103,7 +107,8 @@ double CostModel::line(std::uint32_t tokens, double kv_depth) const {
 
 std::uint32_t CostModel::tokens_within(double seconds, double kv_depth, std::uint32_t cap) const {
   if (cap <= 1) return 1;
-  seconds /= margin_;
+  // Plans against the predictions times the margin of their size class.
+  auto predict = [this](std::uint32_t n, double d) { return this->predict(n, d) * margin(n); };
   if (predict(cap, kv_depth) <= seconds) return cap;
   // With the small-size table predict() need not increase with tokens (2
   // tokens can cost more than 4): walk up from 1 and stop before the first

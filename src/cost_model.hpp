@@ -46,11 +46,16 @@ class CostModel {
   // with the margin below.
   std::uint32_t tokens_within(double seconds, double kv_depth, std::uint32_t cap) const;
   std::uint64_t samples() const noexcept { return samples_; }
-  // How much longer than predicted a decode may take: a running estimate of
-  // the 95th percentile of (actual / predicted), at least 1. A plan must fit
-  // the budget at the 99th percentile of steps, not on average, so
-  // tokens_within() plans against predictions times this.
-  double margin() const noexcept { return margin_; }
+  // How much longer than predicted a decode of `tokens` may take: a running
+  // estimate of the 99th percentile of (actual / predicted) for its size
+  // class (under 64 tokens, or not), at least 1. A plan must fit the budget
+  // at the 99th percentile of steps, not on average, so tokens_within()
+  // plans against predictions times this. It starts at 1.1 (small) and 1.25
+  // (large): a frame sees few prompt chunks, too few to learn a tail from,
+  // and their cost scatters by that much (45-78 us a token across one run
+  // on tiny). From there it rises fast when a decode overruns it and falls
+  // slowly (0.0002 a decode) when none does.
+  double margin(std::uint32_t tokens) const noexcept { return margin_[tokens >= kSmall ? 1 : 0]; }
 
  private:
   static constexpr int kDim = 3;
@@ -65,7 +70,7 @@ class CostModel {
   double seen_cost(std::uint32_t n, double kv_depth) const;
   double line(std::uint32_t tokens, double kv_depth) const;
   std::uint64_t samples_ = 0;
-  double margin_ = 1.0;
+  std::array<double, 2> margin_{1.1, 1.25};  // small sizes, large ones
 };
 
 }  // namespace weft::detail

@@ -114,6 +114,7 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   cp.type_k = to_ggml(params.kv_type);
   cp.type_v = to_ggml(params.kv_type);
   cp.flash_attn_type = to_llama(params.flash_attn, model, params.kv_type);
+  depth_is_cells = cp.flash_attn_type == LLAMA_FLASH_ATTN_TYPE_DISABLED;
   cp.no_perf = true;
   take_llama_error();
   ctx = llama_init_from_model(model.impl()->model, cp);

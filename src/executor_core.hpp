@@ -157,6 +157,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   DecodeHook decode_hook;
   AbortHook abort_hook;
   CostModel cost;
+  // What a decode's cost grows with: without flash attention every token
+  // attends over the cells in use (the cost model's depth is then those);
+  // with it, over its own position (then the mean position of the batch).
+  bool depth_is_cells = false;
   double sample_seconds = 0;  // running time of one sample (weight 0.2 for the newest)
 
   // Read by the abort callback on a ggml thread.

@@ -113,7 +113,7 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
       // What is left of the budget, less the sampling that follows the decode.
       const double left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
                           sample_seconds * generating;
-      const double depth = depth_weight > 0 ? depth_sum / depth_weight : 0;
+      const double depth = depth_is_cells ? ledger.used() : depth_weight > 0 ? depth_sum / depth_weight : 0;
       token_budget = cost.tokens_within(left, depth, token_budget);
     }
     plan_batch(candidates, {token_budget, ledger.free(), params.max_prompt_chunk, steps}, plan);
@@ -279,6 +279,7 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
     }
     if (live == 0) continue;
 
+    const double used_before = ledger.used();  // the cells attention spans, without flash attention
     aborted.store(false, std::memory_order_relaxed);
     // The first micro-batch of a step always completes, so every step makes
     // progress even when one micro-batch alone overruns the deadline; later
@@ -296,7 +297,7 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
     ++result.decode_calls;
 
     if (rc == 0) {
-      cost.observe(static_cast<std::uint32_t>(b.n_tokens), depth / static_cast<double>(b.n_tokens),
+      cost.observe(static_cast<std::uint32_t>(b.n_tokens), depth_is_cells ? used_before : depth / static_cast<double>(b.n_tokens),
                    took);
       int row = 0;
       for (std::size_t i = lo; i < hi; ++i) {
@@ -321,7 +322,7 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
       // more than predicted, the cost model learns it (else a chunk that
       // does not fit would be planned, and aborted, every step).
       const double at_least = took;
-      const double d = depth / std::max(1, b.n_tokens);
+      const double d = depth_is_cells ? used_before : depth / std::max(1, b.n_tokens);
       if (at_least > cost.predict(static_cast<std::uint32_t>(b.n_tokens), d)) {
         cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, at_least);
       }
