@@ -25,7 +25,7 @@ std::int64_t to_ns(Clock::time_point t) {
 void check_budget(const StepBudget &b, std::uint32_t n_batch) {
   if (b.max_tokens && (*b.max_tokens == 0 || *b.max_tokens > n_batch)) {
     fail(Errc::invalid_argument,
-         fmt::format("StepBudget.max_tokens = {} is outside [1, n_batch = {}]", *b.max_tokens, n_batch));
+         fmt::format("StepBudget.max_tokens = {} is outside [1, n_batch = {}] (0 means n_batch)", *b.max_tokens, n_batch));
   }
   if (b.max_time && b.max_time->count() <= 0) {
     fail(Errc::invalid_argument, fmt::format("StepBudget.max_time = {} us must be > 0", b.max_time->count()));

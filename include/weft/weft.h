@@ -476,7 +476,8 @@ WEFT_C_API weft_status weft_sampler_params_init(weft_sampler_params *params, siz
 // unparsable grammar.
 WEFT_C_API weft_status weft_conversation_set_sampler(weft_conversation *conversation,
                                                      const weft_sampler_params *params);
-// Higher goes first for prompt chunks; waiting ones age, so none starves.
+// Higher goes first when a step cannot serve everyone; a conversation waiting
+// behind higher ones rises a level every 8 steps, so none starves.
 WEFT_C_API weft_status weft_conversation_set_priority(weft_conversation *conversation, int32_t priority);
 
 // The last error a step hit for this conversation: *out_code = WEFT_OK when
