@@ -272,7 +272,10 @@ ExecutorStats Executor::stats() const {
   s.tokens_sampled = c.tokens_sampled;
   s.decode_failures = c.decode_failures;
   s.deadline_stops = c.deadline_stops;
-  s.events_dropped = c.events_dropped;
+  {
+    std::lock_guard events(c.events_mu);
+    s.events_dropped = c.events_dropped;
+  }
   s.worker_running = c.worker.joinable();
   s.predicted_ms_per_token = c.cost.predict(1, 0) * 1e3;
   s.cost_model_samples = c.cost.samples();
@@ -304,6 +307,13 @@ void detail::set_decode_hook(Executor &executor, DecodeHook hook) {
   auto lock = core.kv_lock();
   std::lock_guard guard(core.mu);
   core.decode_hook = std::move(hook);
+}
+
+void detail::set_sample_hook(Executor &executor, SampleHook hook) {
+  auto &core = live_core(executor.impl());
+  auto lock = core.kv_lock();
+  std::lock_guard guard(core.mu);
+  core.sample_hook = std::move(hook);
 }
 
 void detail::set_abort_hook(Executor &executor, AbortHook hook) {

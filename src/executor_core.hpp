@@ -41,6 +41,10 @@ void set_decode_hook(Executor &executor, DecodeHook hook);
 // aborts the micro-batch in flight (as a passed deadline would).
 using AbortHook = std::function<bool()>;
 void set_abort_hook(Executor &executor, AbortHook hook);
+// Test hook: called on the stepping thread for each token sampled, with the
+// state lock held (where the sampling itself runs).
+using SampleHook = std::function<void()>;
+void set_sample_hook(Executor &executor, SampleHook hook);
 
 // Progress of one generation, shared with its Generation handles.
 struct GenState {
@@ -156,6 +160,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::vector<std::pair<std::size_t, std::size_t>> work_ranges;
   DecodeHook decode_hook;
   AbortHook abort_hook;
+  SampleHook sample_hook;
   CostModel cost;
   // What a decode's cost grows with: without flash attention every token
   // attends over the cells in use (the cost model's depth is then those);
@@ -174,9 +179,13 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::condition_variable work_cv;
   WorkerParams worker_params;
 
-  // Event queue (params.events).
-  std::deque<Event> event_queue;
-  std::uint64_t events_dropped = 0, deadline_stops = 0;
+  // Event queue (params.events), under its own lock so poll_events() never
+  // waits for a step's sampling phase (which holds `mu`). Order: mu, then
+  // events_mu.
+  mutable std::mutex events_mu;
+  std::deque<Event> event_queue;    // under events_mu
+  std::uint64_t events_dropped = 0;  // under events_mu
+  std::uint64_t deadline_stops = 0;
   void post_event_locked(Event ev);
   void notify_work_locked() {
     work_pending = true;

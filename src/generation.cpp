@@ -48,6 +48,7 @@ void ExecutorCore::sample_phase_locked(StepResult &result) {
     try {
       Sampler &s = g.own_sampler ? *g.own_sampler : sampler_of(c);
       const auto s0 = std::chrono::steady_clock::now();
+      if (sample_hook) sample_hook();
       token = s.sample(c.logits);
       s.accept(token);
       // A time budget keeps room for the sampling after its decode.

@@ -9,6 +9,7 @@ namespace detail {
 
 void ExecutorCore::post_event_locked(Event ev) {
   if (!params.events) return;
+  std::lock_guard lock(events_mu);
   if (event_queue.size() >= params.events_capacity) {
     event_queue.pop_front();
     ++events_dropped;
@@ -87,7 +88,7 @@ bool Executor::running() const {
 
 std::vector<Event> Executor::poll_events(std::size_t max) {
   auto &c = detail::live_core(core_);
-  std::lock_guard lock(c.mu);
+  std::lock_guard lock(c.events_mu);  // not mu: a running sampling phase holds that
   const std::size_t n = std::min(max, c.event_queue.size());
   std::vector<Event> out(std::make_move_iterator(c.event_queue.begin()),
                          std::make_move_iterator(c.event_queue.begin() + static_cast<std::ptrdiff_t>(n)));

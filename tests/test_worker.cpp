@@ -1,6 +1,8 @@
 // The background worker, wall-clock budgets, hard deadlines and the event
 // queue (issue: threads and frames).
 #include <gtest/gtest.h>
+
+#include <future>
 #include <sys/resource.h>
 
 #include <map>
@@ -339,6 +341,43 @@ TEST(Events, TokensFinishAndErrorsArriveInOrder) {
   EXPECT_EQ(evs[0].conversation, a.id());
   ASSERT_TRUE(evs[0].error.has_value());
   EXPECT_EQ(evs[0].error->code(), weft::Errc::backend);
+}
+
+// A game thread polls events every frame while a worker samples (at
+// temperature 0.7 over 32,000 tokens that took ~0.5 ms a conversation, under
+// the executor's state lock: poll_events() waited 5-12.7 ms). The queue has
+// its own lock now: with the stepping thread parked inside the sampling
+// phase, holding the state lock, a poll still returns.
+TEST(Events, PollingDoesNotWaitForSampling) {
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(9);
+  auto p = params(256);
+  p.events = true;
+  weft::Executor ex(m, p);
+  auto c = ex.create();
+  c.prompt(random_tokens(rng, m, 8, true));
+  std::promise<void> entered, release;
+  auto released = release.get_future().share();
+  bool first = true;  // touched only on the stepping thread
+  weft::detail::set_sample_hook(ex, [&] {
+    if (!first) return;
+    first = false;
+    entered.set_value();
+    released.wait_for(std::chrono::seconds(30));  // bounded even if the test fails
+  });
+  auto g = c.generate({.max_tokens = 3});
+  std::thread stepper([&] {
+    for (int i = 0; i < 50 && !g.done(); ++i) ex.step();
+  });
+  ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  auto polled = std::async(std::launch::async, [&] { return ex.poll_events(); });
+  const auto status = polled.wait_for(std::chrono::seconds(5));
+  release.set_value();
+  stepper.join();
+  EXPECT_EQ(status, std::future_status::ready) << "poll_events() waited for the sampling phase";
+  polled.get();
+  EXPECT_TRUE(g.done());
+  EXPECT_EQ(g.reason(), weft::FinishReason::max_tokens);
 }
 
 TEST(Events, CapacityDropsOldestAndCounts) {

@@ -260,7 +260,8 @@ class WEFT_API Executor {
   bool running() const;
 
   // Takes up to `max` events, oldest first (ExecutorParams::events). Never
-  // waits for a decode. Empty when events are off.
+  // waits for a decode or a step's sampling: the queue has a lock of its
+  // own, held only to append or take events. Empty when events are off.
   std::vector<Event> poll_events(std::size_t max = SIZE_MAX);
 
   // A conversation from Conversation::save() bytes or file, saved by any
