@@ -36,12 +36,12 @@ CostModel::CostModel() {
 
 void CostModel::observe(std::uint32_t tokens, double kv_depth, double seconds) {
   if (tokens == 0 || !std::isfinite(seconds) || seconds < 0) return;
-  // Track the 95th percentile of the prediction's error (a stochastic
-  // quantile estimate: up 0.95 steps when above, down 0.05 when below), once
-  // predictions stand on a few samples of this size.
-  // Small sizes (the table) and large ones (the line) err differently, so
-  // each has its own: a few prompt chunks among many generating steps must
-  // not hide in the small sizes' quantile.
+  // Track the 99th percentile of the prediction's error (a stochastic
+  // quantile estimate: up 0.99 of a step when above, down 0.01 when below),
+  // once predictions stand on a few samples of this size. Small sizes (the
+  // table) and large ones (the line) err differently, so each has its own:
+  // a few prompt chunks among many generating steps must not hide in the
+  // small sizes' quantile.
   if (samples_ >= kMarginWarmup && (tokens >= kSmall || seen_[tokens].n >= 2)) {
     double &m = margin_[tokens >= kSmall ? 1 : 0];
     const double ratio = seconds / std::max(predict(tokens, kv_depth), 1e-9);

@@ -20,10 +20,10 @@
 // line, if more), so a size the line under-predicts lifts those above it;
 // and tokens_within() plans a small size never decoded only up to twice the
 // largest that was (1 on a cold model), so a budget explores by doubling.
-// The depth is the mean position of the batch's tokens, not of its
-// conversations: a 27-token step of eight generating conversations and a
-// prompt chunk grows from ~4.6 to ~9 ms on `npc` as the chunk goes 250
-// positions deeper, which a per-conversation mean hides.
+// The depth is what attention spans, which the caller knows: the cells in
+// use without flash attention (every token attends over them), the mean
+// position of the batch's tokens with it (not of its conversations: a chunk
+// deep in its conversation is deep).
 #pragma once
 
 #include <array>
@@ -35,10 +35,8 @@ class CostModel {
  public:
   CostModel();
 
-  // Records a decode of `tokens` tokens whose sequences had, on average,
-  // `kv_depth` cells of history, taking `seconds`. The depth is the mean
-  // position of the batch's tokens (each attends to that many cells), so a
-  // prompt chunk deep in its conversation counts as deep.
+  // Records a decode of `tokens` tokens that attended over `kv_depth` cells
+  // (see above), taking `seconds`.
   void observe(std::uint32_t tokens, double kv_depth, double seconds);
   // Predicted seconds for such a decode.
   double predict(std::uint32_t tokens, double kv_depth) const;

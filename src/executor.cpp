@@ -236,16 +236,7 @@ Executor &Executor::operator=(Executor &&other) noexcept {
   return *this;
 }
 
-StepResult Executor::step(const StepBudget &budget) {
-  auto &core = detail::live_core(core_);
-  // max_tokens = 0 means n_batch, as 0 does in the C ABI and C#.
-  if (budget.max_tokens == 0u) {
-    StepBudget b = budget;
-    b.max_tokens.reset();
-    return core.step(b);
-  }
-  return core.step(budget);
-}
+StepResult Executor::step(const StepBudget &budget) { return detail::live_core(core_).step(budget); }
 
 std::uint32_t Executor::cells_free() const {
   auto &core = detail::live_core(core_);

@@ -238,7 +238,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
 // Throws Errc::invalid_argument for a StepBudget outside its documented
 // ranges; shared by step() and start() so a worker never starts with a
 // budget every step would refuse.
-void check_budget(const StepBudget &b, std::uint32_t n_batch);
+// Returns it normalised (max_tokens = 0 becomes unset, i.e. n_batch).
+StepBudget check_budget(StepBudget b, std::uint32_t n_batch);
 
 struct ConvHandle {
   std::shared_ptr<ExecutorCore> core;

@@ -22,19 +22,21 @@ std::int64_t to_ns(Clock::time_point t) {
 
 }  // namespace
 
-void check_budget(const StepBudget &b, std::uint32_t n_batch) {
-  if (b.max_tokens && (*b.max_tokens == 0 || *b.max_tokens > n_batch)) {
+StepBudget check_budget(StepBudget b, std::uint32_t n_batch) {
+  if (b.max_tokens == 0u) b.max_tokens.reset();  // 0 means n_batch, as in the C ABI and C#
+  if (b.max_tokens && *b.max_tokens > n_batch) {
     fail(Errc::invalid_argument,
-         fmt::format("StepBudget.max_tokens = {} is outside [1, n_batch = {}] (0 means n_batch)", *b.max_tokens, n_batch));
+         fmt::format("StepBudget.max_tokens = {} is outside [0, n_batch = {}] (0 means n_batch)", *b.max_tokens, n_batch));
   }
   if (b.max_time && b.max_time->count() <= 0) {
     fail(Errc::invalid_argument, fmt::format("StepBudget.max_time = {} us must be > 0", b.max_time->count()));
   }
+  return b;
 }
 
-StepResult ExecutorCore::step(const StepBudget &budget) {
+StepResult ExecutorCore::step(const StepBudget &asked) {
   const auto t0 = Clock::now();
-  check_budget(budget, params.n_batch);
+  const StepBudget budget = check_budget(asked, params.n_batch);
   // The stepping thread already holds step_mu: waiting for it would hang.
   if (stepping.load() == std::this_thread::get_id()) {
     fail(Errc::invalid_argument,
@@ -61,7 +63,6 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
 
   const std::uint64_t moves_before = parks + restores + recomputes;
   const bool may_age = make_resident_locked(budget.max_tokens.value_or(params.n_batch));
-  const bool spill_on = params.spill.recompute || params.spill.ram_bytes > 0 || !params.spill.disk_dir.empty();
   for (int attempt = 0;; ++attempt) {
     candidates.clear();
     plan_convs.clear();
@@ -82,7 +83,7 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
         // rather than taking the last free cells and stalling everyone else.
         const std::uint32_t need = std::min(c.n_queued(), room);
         if (need > ledger.free()) {
-          if (!reclaimable) reclaimable = spill_on ? idle_cells_locked(nullptr) : 0;
+          if (!reclaimable) reclaimable = spill_on() ? idle_cells_locked(nullptr) : 0;
           if (need > ledger.free() + *reclaimable) {
             ++held_back;
             continue;
@@ -101,11 +102,13 @@ StepResult ExecutorCore::step(const StepBudget &budget) {
                             c.turn_since(), c.gen_token_queued});
       plan_convs.push_back(&c);
       wanted += std::min(c.n_queued(), room);
-      // Attention costs by each token's own position: weigh what each wants.
-      std::uint32_t w = c.gen_token_queued ? 1u : std::min(c.n_queued(), room);
-      if (params.max_prompt_chunk != 0) w = std::min(w, params.max_prompt_chunk);
-      depth_sum += w * (c.n_decoded() + w / 2.0);
-      depth_weight += w;
+      if (!depth_is_cells) {
+        // Attention costs by each token's own position: weigh what each wants.
+        std::uint32_t w = c.gen_token_queued ? 1u : std::min(c.n_queued(), room);
+        if (params.max_prompt_chunk != 0) w = std::min(w, params.max_prompt_chunk);
+        depth_sum += w * (c.n_decoded() + w / 2.0);
+        depth_weight += w;
+      }
       generating += c.gen ? 1u : 0u;
     }
     std::uint32_t token_budget = budget.max_tokens.value_or(params.n_batch);
@@ -321,10 +324,9 @@ bool ExecutorCore::decode_plan(const StepBudget &budget, StepResult &result, std
       // Our deadline, not a fault. It took at least this long: if that is
       // more than predicted, the cost model learns it (else a chunk that
       // does not fit would be planned, and aborted, every step).
-      const double at_least = took;
       const double d = depth_is_cells ? used_before : depth / std::max(1, b.n_tokens);
-      if (at_least > cost.predict(static_cast<std::uint32_t>(b.n_tokens), d)) {
-        cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, at_least);
+      if (took > cost.predict(static_cast<std::uint32_t>(b.n_tokens), d)) {
+        cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, took);
       }
       return true;
     }

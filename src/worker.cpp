@@ -47,9 +47,7 @@ void Executor::start(const WorkerParams &params) {
                  fmt::format("WorkerParams.idle_wait = {} ms must be > 0", params.idle_wait.count()));
   }
   WorkerParams wp = params;
-  // max_tokens = 0 means n_batch, as in step() (and as 0 does in the C ABI).
-  if (wp.budget.max_tokens == 0u) wp.budget.max_tokens.reset();
-  detail::check_budget(wp.budget, c.params.n_batch);
+  wp.budget = detail::check_budget(params.budget, c.params.n_batch);
   if (params.budget.deadline) {
     detail::fail(Errc::invalid_argument, "WorkerParams.budget.deadline: an absolute deadline cannot repeat; use max_time");
   }

@@ -26,6 +26,17 @@ struct Tracked {
   std::uint32_t waited = 0;   // steps runnable without a token decoded
 };
 
+// `n` conversations, each prompted with `prompt_len` tokens and generating
+// for good (1000 tokens), appended to convs and gens.
+void add_talkers(weft::Executor &ex, std::mt19937 &rng, int n, int prompt_len, std::vector<weft::Conversation> &convs,
+                 std::vector<weft::Generation> &gens) {
+  for (int i = 0; i < n; ++i) {
+    convs.push_back(ex.create());
+    convs.back().prompt(random_tokens(rng, ex.model(), prompt_len, true));
+    gens.push_back(convs.back().generate({.max_tokens = 1000}));
+  }
+}
+
 std::uint32_t uniform(std::mt19937 &rng, std::uint32_t lo, std::uint32_t hi) {
   return std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng);
 }
@@ -121,20 +132,11 @@ TEST(Liveness, APromptProgressesBesideGeneratingConversations) {
   weft::Executor ex(m, {.n_ctx = 8192, .n_batch = 64, .n_seq_max = 16, .n_threads = 1});
   std::vector<weft::Conversation> talkers;
   std::vector<weft::Generation> gens;
-  for (int i = 0; i < 8; ++i) {
-    talkers.push_back(ex.create());
-    talkers.back().prompt(random_tokens(rng, m, 8, true));
-  }
-  while (!ex.step().idle) {}
-  for (auto &t : talkers) gens.push_back(t.generate({.max_tokens = 1000}));
-  ex.step();  // everyone has a sampled token queued
+  add_talkers(ex, rng, 8, 8, talkers, gens);
+  ex.step();  // their 64 prompt tokens: everyone has a sampled token queued
   auto prompt = ex.create();
   prompt.prompt(random_tokens(rng, m, 256, true));
-  std::vector<std::uint32_t> before(8);
-  for (int step = 0; step < 300; ++step) {
-    for (int i = 0; i < 8; ++i) before[i] = talkers[i].n_decoded();
-    ex.step({.max_tokens = 4});
-  }
+  for (int step = 0; step < 300; ++step) ex.step({.max_tokens = 4});
   EXPECT_GE(prompt.n_decoded(), 100u);
   for (auto &t : talkers) EXPECT_GE(t.n_decoded(), 8u + 100u);
 }
@@ -148,11 +150,7 @@ TEST(Liveness, ABudgetBelowTheFloorServesEveryoneInTurn) {
   weft::Executor ex(m, {.n_ctx = 8192, .n_batch = 64, .n_seq_max = 16, .n_threads = 1});
   std::vector<weft::Conversation> convs;
   std::vector<weft::Generation> gens;
-  for (int i = 0; i < 8; ++i) {
-    convs.push_back(ex.create());
-    convs.back().prompt(random_tokens(rng, m, 4, true));
-    gens.push_back(convs.back().generate({.max_tokens = 1000}));
-  }
+  add_talkers(ex, rng, 8, 4, convs, gens);
   convs.push_back(ex.create());
   convs.back().prompt(random_tokens(rng, m, 200, true));
   std::vector<int> last(convs.size(), 0);
