@@ -7,7 +7,7 @@ install(DIRECTORY include/weft DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
 install(FILES ${PROJECT_BINARY_DIR}/include/weft/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/weft)
-install(TARGETS weft weft_warnings EXPORT weftTargets
+install(TARGETS weft weft_modelgen weft_warnings EXPORT weftTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

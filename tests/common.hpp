@@ -13,6 +13,10 @@
 #include <vector>
 
 #include "weft/weft.hpp"
+#include "weft/make_model.hpp"
+#include "weft/train.hpp"
+#include "weft/make_model.hpp"
+#include "weft/train.hpp"
 
 namespace weft_test {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common.hpp"
-#include "model_impl.hpp"
+#include "core/model_impl.hpp"
 #include "weft/executor.hpp"
 
 namespace weft_test {

@@ -1,4 +1,6 @@
-// weft/weft.hpp — the whole C++ API in one include.
+// weft/weft.hpp — the whole runtime API in one include. Model generation
+// and training (weft/make_model.hpp, weft/train.hpp) are apart, in the
+// weft_modelgen library (CMake target weft::modelgen).
 #pragma once
 
 #include "weft/conversation.hpp"
@@ -6,9 +8,7 @@
 #include "weft/executor.hpp"
 #include "weft/generation.hpp"
 #include "weft/log.hpp"
-#include "weft/make_model.hpp"
 #include "weft/model.hpp"
 #include "weft/sampling.hpp"
-#include "weft/train.hpp"
 #include "weft/types.hpp"
 #include "weft/version.hpp"

@@ -8,6 +8,8 @@
 #include "commands.hpp"
 #include "progress.hpp"
 #include "weft/weft.hpp"
+#include "weft/make_model.hpp"
+#include "weft/train.hpp"
 
 namespace weft_cli {
 

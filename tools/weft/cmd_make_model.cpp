@@ -13,6 +13,8 @@
 #include "model_cache.hpp"
 #include "progress.hpp"
 #include "weft/weft.hpp"
+#include "weft/make_model.hpp"
+#include "weft/train.hpp"
 
 namespace weft_cli {
 namespace {

@@ -5,6 +5,8 @@
 
 #include "commands.hpp"
 #include "weft/weft.hpp"
+#include "weft/make_model.hpp"
+#include "weft/train.hpp"
 
 int main(int argc, char **argv) {
   CLI::App app{"weft: many LLM conversations on one llama.cpp context"};

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "weft/train.hpp"
+#include "weft/make_model.hpp"
 
 namespace weft_cli {
 

@@ -1,0 +1,44 @@
+# The C ABI (include/weft/weft.h) as one self-contained shared library,
+# `plugins/libweft.so` in the build tree: the static weft, llama.cpp, ggml,
+# fmt and libstdc++ inside, only `weft_*` exported, so a Unity project drops
+# this one file into Assets/Plugins. Included from src/CMakeLists.txt.
+# Why each choice: docs/C_API.md.
+
+add_library(weft_shared SHARED capi/c_api.cpp capi/c_api_executor.cpp capi/c_api_conversation.cpp capi/c_api_state.cpp)
+# Debian's fmt is a shared library only; its compiled part goes inside too.
+get_target_property(_weft_fmt_type fmt::fmt TYPE)
+if(_weft_fmt_type STREQUAL "SHARED_LIBRARY")
+  target_sources(weft_shared PRIVATE capi/c_api_fmt.cpp)
+endif()
+# One file, no SONAME version links: Unity copies exactly one file. Its own
+# directory, so `-lweft` next to the static libweft.a stays unambiguous.
+set_target_properties(weft_shared PROPERTIES
+  OUTPUT_NAME weft
+  LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/plugins
+  RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/plugins
+  LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/capi/weft.map)
+target_compile_definitions(weft_shared PRIVATE WEFT_C_BUILDING WEFT_BUILDING)
+target_link_libraries(weft_shared PRIVATE weft llama fmt::fmt weft_warnings)
+if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
+  target_link_options(weft_shared PRIVATE
+    # Export weft_* only; keep every archive's symbols (llama, ggml, fmt) local.
+    -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/capi/weft.map
+    -Wl,--exclude-libs,ALL
+    # libstdc++ inside: Unity's editor and players bring their own, maybe older.
+    -static-libstdc++ -static-libgcc
+    # libfmt.so is on the line through weft's link interface but no longer needed.
+    -Wl,--as-needed)
+  if(NOT WEFT_SANITIZE)
+    # Every symbol resolved now, not at dlopen time in someone's game. (A
+    # sanitized build leaves the runtime's symbols to the executable.)
+    target_link_options(weft_shared PRIVATE -Wl,--no-undefined)
+  endif()
+elseif(APPLE)
+  target_link_options(weft_shared PRIVATE "-Wl,-exported_symbol,_weft_*")
+endif()
+
+# Installed beside, not over, the static C++ library: lib/weft/libweft.so.
+install(TARGETS weft_shared
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/weft
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+target_include_directories(weft_shared PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

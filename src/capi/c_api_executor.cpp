@@ -1,0 +1,304 @@
+// The C ABI, part 2: executor, step budgets, the worker, events.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <vector>
+
+#include "capi/c_api_internal.hpp"
+
+namespace weft::capi {
+namespace {
+
+static_assert(WEFT_KV_F16 == static_cast<int>(KvType::f16) && WEFT_KV_Q8_0 == static_cast<int>(KvType::q8_0));
+static_assert(WEFT_FLASH_ATTN_DISABLED == static_cast<int>(FlashAttention::disabled));
+static_assert(WEFT_PRESSURE_CALLBACK == static_cast<int>(PressurePolicy::callback));
+static_assert(WEFT_EVENT_ERROR == static_cast<int>(EventKind::error));
+
+weft_executor_params executor_defaults() {
+  const ExecutorParams d;
+  weft_executor_params p{};
+  p.struct_size = sizeof p;
+  p.on_pressure = nullptr;
+  p.pressure_user_data = nullptr;
+  p.pressure_user_data_free = nullptr;
+  p.spill_disk_dir = nullptr;
+  p.spill_ram_bytes = d.spill.ram_bytes;
+  p.spill_disk_bytes = d.spill.disk_bytes;
+  p.events_capacity = d.events_capacity;
+  p.n_ctx = d.n_ctx;
+  p.n_batch = d.n_batch;
+  p.n_ubatch = d.n_ubatch;
+  p.n_seq_max = d.n_seq_max;
+  p.n_threads = d.n_threads;
+  p.kv_type = static_cast<int32_t>(d.kv_type);
+  p.flash_attn = static_cast<int32_t>(d.flash_attn);
+  p.pressure = static_cast<int32_t>(d.pressure);
+  p.max_prompt_chunk = d.max_prompt_chunk;
+  p.events = d.events ? 1 : 0;
+  p.spill_recompute = d.spill.recompute ? 1 : 0;
+  return p;
+}
+
+weft_step_budget budget_defaults() {
+  weft_step_budget b{};
+  b.struct_size = sizeof b;
+  b.max_time_us = 0;
+  b.deadline_us = 0;
+  b.max_tokens = 0;
+  return b;
+}
+
+weft_worker_params worker_defaults() {
+  weft_worker_params w{};
+  w.struct_size = sizeof w;
+  w.budget = nullptr;
+  w.idle_wait_ms = static_cast<uint32_t>(WorkerParams{}.idle_wait.count());
+  return w;
+}
+
+int32_t enum_field(int32_t value, int32_t last, const char *field, const char *type) {
+  if (value < 0 || value > last) {
+    fail(WEFT_ERR_INVALID_ARGUMENT, fmt::format("{} = {} is not a {} (0..{})", field, value, type, last));
+  }
+  return value;
+}
+
+// A C budget as a C++ one; a relative deadline starts now.
+StepBudget to_budget(const weft_step_budget *in, bool for_worker) {
+  weft_step_budget b = budget_defaults();
+  if (in != nullptr) read_struct(in, "weft_step_budget", b, {sizeof(weft_step_budget)});
+  StepBudget out;
+  if (b.max_tokens > 0) out.max_tokens = b.max_tokens;
+  if (b.max_time_us < 0) {
+    fail(WEFT_ERR_INVALID_ARGUMENT, fmt::format("weft_step_budget.max_time_us = {} must be >= 0", b.max_time_us));
+  }
+  if (b.max_time_us > 0) out.max_time = std::chrono::microseconds(b.max_time_us);
+  if (b.deadline_us < 0) {
+    fail(WEFT_ERR_INVALID_ARGUMENT, fmt::format("weft_step_budget.deadline_us = {} must be >= 0", b.deadline_us));
+  }
+  if (b.deadline_us > 0) {
+    if (for_worker) {
+      fail(WEFT_ERR_INVALID_ARGUMENT,
+           fmt::format("weft_step_budget.deadline_us = {}: the worker's steps take no deadline (use max_time_us)",
+                       b.deadline_us));
+    }
+    out.deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(b.deadline_us);
+  }
+  return out;
+}
+
+// Events taken by one poll, with their strings.
+struct EventList {
+  std::vector<Event> events;
+};
+
+}  // namespace
+}  // namespace weft::capi
+
+using namespace weft::capi;
+
+extern "C" {
+
+weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size) {
+  return guarded(__func__, [&] {
+    init_struct(params, struct_size, "weft_executor_params", executor_defaults(), {sizeof(weft_executor_params)});
+  });
+}
+
+weft_status weft_executor_create(const weft_model *model, const weft_executor_params *params, weft_executor **out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = nullptr;
+    auto m = get<weft::Model>(model, Kind::model);
+    weft_executor_params p = executor_defaults();
+    if (params != nullptr) read_struct(params, "weft_executor_params", p, {sizeof(weft_executor_params)});
+    weft::ExecutorParams ep;
+    ep.n_ctx = p.n_ctx;
+    ep.n_batch = p.n_batch;
+    ep.n_ubatch = p.n_ubatch;
+    ep.n_seq_max = p.n_seq_max;
+    ep.n_threads = p.n_threads;
+    ep.kv_type = static_cast<weft::KvType>(enum_field(p.kv_type, WEFT_KV_Q8_0, "weft_executor_params.kv_type", "weft_kv_type"));
+    ep.flash_attn = static_cast<weft::FlashAttention>(
+        enum_field(p.flash_attn, WEFT_FLASH_ATTN_DISABLED, "weft_executor_params.flash_attn", "weft_flash_attn"));
+    ep.pressure = static_cast<weft::PressurePolicy>(
+        enum_field(p.pressure, WEFT_PRESSURE_CALLBACK, "weft_executor_params.pressure", "weft_pressure_policy"));
+    ep.max_prompt_chunk = p.max_prompt_chunk;
+    ep.events = p.events != 0;
+    ep.events_capacity = p.events_capacity;
+    ep.spill.ram_bytes = p.spill_ram_bytes;
+    ep.spill.disk_dir = std::string(cstr_arg(p.spill_disk_dir, "weft_executor_params.spill_disk_dir", true));
+    ep.spill.disk_bytes = p.spill_disk_bytes;
+    ep.spill.recompute = p.spill_recompute != 0;
+    std::shared_ptr<UserData> ud;
+    if (p.on_pressure != nullptr) {
+      ud = std::make_shared<UserData>(p.pressure_user_data, p.pressure_user_data_free);
+      ep.on_pressure = [cb = p.on_pressure, ud](const weft::PressureInfo &info) {
+        // A borrowed handle, live for the callback only.
+        auto *conv = make_handle<weft_conversation>(Kind::conversation,
+                                                    std::make_shared<weft::Conversation>(info.conversation));
+        cb(conv, info.needed_cells, info.free_cells, ud->data());
+        remove_handle_quietly(conv, Kind::conversation);
+      };
+    }
+    auto ex = std::make_shared<weft::Executor>(*m, ep);
+    *out = make_handle<weft_executor>(Kind::executor, std::move(ex));
+    if (ud) ud->arm();
+  });
+}
+
+weft_status weft_executor_free(weft_executor *executor) { return free_handle(__func__, executor, Kind::executor); }
+
+weft_status weft_step_budget_init(weft_step_budget *budget, size_t struct_size) {
+  return guarded(__func__, [&] {
+    init_struct(budget, struct_size, "weft_step_budget", budget_defaults(), {sizeof(weft_step_budget)});
+  });
+}
+
+weft_status weft_executor_step(weft_executor *executor, const weft_step_budget *budget, weft_step_result *out) {
+  return guarded(__func__, [&] {
+    auto ex = get<weft::Executor>(executor, Kind::executor);
+    // Checked before stepping, so a bad result struct does not lose a step's report.
+    if (out != nullptr) check_struct_size("weft_step_result", out->struct_size, {sizeof(weft_step_result)});
+    const weft::StepResult r = ex->step(to_budget(budget, false));
+    if (out == nullptr) return;
+    weft_step_result c{};
+    c.seconds = r.seconds;
+    c.decode_seconds = r.decode_seconds;
+    c.tokens_decoded = r.tokens_decoded;
+    c.conversations = r.conversations;
+    c.tokens_sampled = r.tokens_sampled;
+    c.decode_calls = r.decode_calls;
+    c.failed = r.failed;
+    c.blocked = r.blocked;
+    c.idle = r.idle ? 1 : 0;
+    c.deadline_hit = r.deadline_hit ? 1 : 0;
+    write_struct(out, "weft_step_result", c, {sizeof(weft_step_result)});
+  });
+}
+
+weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor_stats *out) {
+  return guarded(__func__, [&] {
+    auto ex = get<weft::Executor>(executor, Kind::executor);
+    const weft::ExecutorStats s = ex->stats();
+    weft_executor_stats c{};
+    c.queued_tokens = s.queued_tokens;
+    c.steps = s.steps;
+    c.tokens_decoded = s.tokens_decoded;
+    c.tokens_sampled = s.tokens_sampled;
+    c.decode_failures = s.decode_failures;
+    c.deadline_stops = s.deadline_stops;
+    c.events_dropped = s.events_dropped;
+    c.cost_model_samples = s.cost_model_samples;
+    c.ram_bytes = s.ram_bytes;
+    c.disk_bytes = s.disk_bytes;
+    c.parks = s.parks;
+    c.restores = s.restores;
+    c.recomputes = s.recomputes;
+    c.park_ms = s.park_ms;
+    c.restore_ms = s.restore_ms;
+    c.resident = s.resident;
+    c.parked_ram = s.parked_ram;
+    c.parked_disk = s.parked_disk;
+    c.parked_recompute = s.parked_recompute;
+    c.step_ms_p50 = s.step_ms_p50;
+    c.step_ms_p99 = s.step_ms_p99;
+    c.decode_ms_p50 = s.decode_ms_p50;
+    c.predicted_ms_per_token = s.predicted_ms_per_token;
+    c.n_ctx = s.n_ctx;
+    c.cells_used = s.cells_used;
+    c.cells_free = s.cells_free;
+    c.n_seq_max = s.n_seq_max;
+    c.slots_used = s.slots_used;
+    c.conversations = s.conversations;
+    c.generating = s.generating;
+    c.worker_running = s.worker_running ? 1 : 0;
+    write_struct(out, "weft_executor_stats", c, {sizeof(weft_executor_stats)});
+  });
+}
+
+weft_status weft_executor_cells_free(const weft_executor *executor, uint32_t *out) {
+  return guarded(__func__, [&] {
+    auto ex = get<weft::Executor>(executor, Kind::executor);
+    need(out, "out");
+    *out = ex->cells_free();
+  });
+}
+
+// --- Worker --------------------------------------------------------------------
+
+weft_status weft_worker_params_init(weft_worker_params *params, size_t struct_size) {
+  return guarded(__func__, [&] {
+    init_struct(params, struct_size, "weft_worker_params", worker_defaults(), {sizeof(weft_worker_params)});
+  });
+}
+
+weft_status weft_executor_start(weft_executor *executor, const weft_worker_params *params) {
+  return guarded(__func__, [&] {
+    auto ex = get<weft::Executor>(executor, Kind::executor);
+    weft_worker_params p = worker_defaults();
+    if (params != nullptr) read_struct(params, "weft_worker_params", p, {sizeof(weft_worker_params)});
+    weft::WorkerParams wp;
+    if (p.budget != nullptr) wp.budget = to_budget(p.budget, true);
+    wp.idle_wait = std::chrono::milliseconds(p.idle_wait_ms);
+    ex->start(wp);
+  });
+}
+
+weft_status weft_executor_stop(weft_executor *executor) {
+  return guarded(__func__, [&] { get<weft::Executor>(executor, Kind::executor)->stop(); });
+}
+
+weft_status weft_executor_is_running(const weft_executor *executor, weft_bool *out) {
+  return guarded(__func__, [&] {
+    auto ex = get<weft::Executor>(executor, Kind::executor);
+    need(out, "out");
+    *out = ex->running() ? 1 : 0;
+  });
+}
+
+// --- Events ----------------------------------------------------------------------
+
+weft_status weft_executor_poll_events(weft_executor *executor, size_t max, weft_event_list **out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = nullptr;
+    auto ex = get<weft::Executor>(executor, Kind::executor);
+    auto list = std::make_shared<EventList>();
+    list->events = ex->poll_events(max == 0 ? SIZE_MAX : max);
+    *out = make_handle<weft_event_list>(Kind::event_list, std::move(list));
+  });
+}
+
+weft_status weft_event_list_count(const weft_event_list *list, size_t *out) {
+  return guarded(__func__, [&] {
+    auto l = get<EventList>(list, Kind::event_list);
+    need(out, "out");
+    *out = l->events.size();
+  });
+}
+
+weft_status weft_event_list_get(const weft_event_list *list, size_t index, weft_event *out) {
+  return guarded(__func__, [&] {
+    auto l = get<EventList>(list, Kind::event_list);
+    if (index >= l->events.size()) {
+      fail(WEFT_ERR_OUT_OF_RANGE, fmt::format("index {} is past the list's {} events", index, l->events.size()));
+    }
+    // The strings point into the list's own events, which live as long as it.
+    const weft::Event &e = l->events[index];
+    weft_event c{};
+    c.conversation = e.conversation;
+    c.text = e.text.c_str();
+    c.text_len = e.text.size();
+    c.error_message = e.error ? e.error->what() : "";
+    c.kind = static_cast<int32_t>(e.kind);
+    c.token = e.kind == weft::EventKind::token ? e.token : -1;
+    c.reason = static_cast<int32_t>(e.reason);
+    c.error_code = e.error ? from_errc(e.error->code()) : WEFT_OK;
+    write_struct(out, "weft_event", c, {sizeof(weft_event)});
+  });
+}
+
+weft_status weft_event_list_free(weft_event_list *list) { return free_handle(__func__, list, Kind::event_list); }
+
+}  // extern "C"

@@ -1,0 +1,242 @@
+// weft::Model: loading, tokenizer, metadata and fingerprint.
+#include <ggml-cpu.h>
+#include <llama.h>
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+
+#include "core/file_io.hpp"
+#include "core/internal.hpp"
+#include "core/model_impl.hpp"
+
+namespace weft {
+namespace {
+
+// FNV-1a, enough to tell models apart; not a security hash.
+struct Fnv {
+  std::uint64_t h = 1469598103934665603ull;
+  void add(const void *data, std::size_t n) {
+    auto p = static_cast<const unsigned char *>(data);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  void add(std::string_view s) { add(s.data(), s.size()); }
+  template <class T> void add_value(T v) { add(&v, sizeof v); }
+};
+
+// Metadata, sizes and up to 1 MiB from each end of the file: cheap on a
+// multi-GB model, yet different weights (another seed) give another value.
+std::uint64_t compute_fingerprint(const llama_model *m, const std::string &path) {
+  Fnv f;
+  char buf[512];
+  for (int32_t i = 0, n = llama_model_meta_count(m); i < n; ++i) {
+    if (llama_model_meta_key_by_index(m, i, buf, sizeof buf) >= 0) f.add(buf);
+    if (llama_model_meta_val_str_by_index(m, i, buf, sizeof buf) >= 0) f.add(buf);
+  }
+  f.add_value(llama_model_n_params(m));
+  f.add_value(llama_model_size(m));
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> chunk(1 << 20);
+  if (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    f.add(chunk.data(), static_cast<std::size_t>(in.gcount()));
+    in.clear();
+    in.seekg(0, std::ios::end);
+    const auto size = static_cast<std::int64_t>(in.tellg());
+    f.add_value(size);
+    if (size > static_cast<std::int64_t>(chunk.size())) {
+      in.seekg(size - static_cast<std::int64_t>(chunk.size()));
+      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      f.add(chunk.data(), static_cast<std::size_t>(in.gcount()));
+    }
+  }
+  return f.h;
+}
+
+bool gpu_present() {
+  for (std::size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    const auto type = ggml_backend_dev_type(ggml_backend_dev_get(i));
+    if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) return true;
+  }
+  return false;
+}
+
+void check_gguf_magic(const std::string &path) {
+  detail::require_regular_file(path, "model file");
+  std::ifstream in(path, std::ios::binary);
+  std::array<char, 4> magic{};
+  if (!in.read(magic.data(), magic.size())) {
+    detail::fail(Errc::corrupt, fmt::format("model file '{}' is shorter than a GGUF header", path));
+  }
+  if (std::memcmp(magic.data(), "GGUF", 4) != 0) {
+    detail::fail(Errc::corrupt, fmt::format("model file '{}' is not a GGUF file (bad magic)", path));
+  }
+}
+
+struct ProgressBridge {
+  const std::function<bool(float)> *fn;
+  bool cancelled = false;
+  static bool call(float p, void *self) {
+    auto *b = static_cast<ProgressBridge *>(self);
+    // An exception must not unwind through llama.cpp's C frames.
+    bool go = true;
+    try {
+      go = (*b->fn)(p);
+    } catch (...) {
+      go = false;
+    }
+    if (!go) b->cancelled = true;
+    return go;
+  }
+};
+
+}  // namespace
+
+Model::Impl::~Impl() {
+  if (model != nullptr) llama_model_free(model);
+}
+
+Model Model::load(const ModelParams &params) {
+  detail::ensure_backend();
+  if (params.path.empty()) detail::fail(Errc::invalid_argument, "ModelParams.path is empty");
+  check_gguf_magic(params.path);
+
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = params.n_gpu_layers;
+  if (!params.use_mmap) mp.load_mode = LLAMA_LOAD_MODE_NONE;
+  mp.vocab_only = params.vocab_only;
+  if (ggml_cpu_has_amx_int8() != 0) {
+    // The pinned llama.cpp's AMX matmul (an extra CPU buffer type) crashes on
+    // quantised weights (q8_0, q4_0: seen on a Xeon with AMX; llama.cpp issue
+    // 20824). Without extra buffer types the weights stay in plain CPU memory
+    // and the ordinary kernels run.
+    mp.use_extra_bufts = false;
+    static std::once_flag once;
+    std::call_once(once, [] {
+      detail::log_warning("this CPU has AMX: llama.cpp's AMX and repacked weight buffers are off (its AMX matmul "
+                          "crashes on quantised weights, llama.cpp issue 20824)");
+    });
+  }
+
+  ProgressBridge bridge{&params.on_progress};
+  if (params.on_progress) {
+    mp.progress_callback = &ProgressBridge::call;
+    mp.progress_callback_user_data = &bridge;
+  }
+  detail::take_llama_error();
+  llama_model *m = llama_model_load_from_file(params.path.c_str(), mp);
+  if (m == nullptr) {
+    if (bridge.cancelled) detail::fail(Errc::cancelled, fmt::format("loading '{}' was cancelled by on_progress", params.path));
+    std::string why = detail::take_llama_error();
+    detail::fail(Errc::corrupt, fmt::format("llama.cpp could not load model '{}': {}", params.path,
+                                            why.empty() ? "no reason given" : why));
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->model = m;
+  impl->vocab = llama_model_get_vocab(m);
+  impl->path = params.path;
+  impl->n_vocab = llama_vocab_n_tokens(impl->vocab);
+  impl->fingerprint = compute_fingerprint(m, params.path);
+  impl->on_gpu = params.n_gpu_layers != 0 && gpu_present();
+  return Model(std::move(impl));
+}
+
+std::vector<Token> Model::tokenize(std::string_view text, const TokenizeOptions &options) const {
+  const auto *vocab = impl_->vocab;
+  if (text.size() > static_cast<std::size_t>(INT32_MAX / 2)) {
+    detail::fail(Errc::out_of_range, fmt::format("text of {} bytes exceeds the tokenizer limit of {} bytes",
+                                                 text.size(), INT32_MAX / 2));
+  }
+  std::vector<Token> out;
+  const bool bos = options.add_bos && llama_vocab_bos(vocab) != LLAMA_TOKEN_NULL;
+  if (bos) out.push_back(llama_vocab_bos(vocab));
+  const std::size_t base = out.size();
+  // A token covers at least one byte, so text.size() + 1 always suffices.
+  out.resize(base + text.size() + 1);
+  const int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), out.data() + base,
+                                   static_cast<int32_t>(out.size() - base), false, options.parse_special);
+  if (n < 0) detail::fail(Errc::backend, fmt::format("llama_tokenize needed {} slots, more than the bound", -n));
+  out.resize(base + static_cast<std::size_t>(n));
+  return out;
+}
+
+void Model::check_token(Token token) const {
+  if (token < 0 || token >= impl_->n_vocab) {
+    detail::fail(Errc::out_of_range,
+                 fmt::format("token id {} is outside the vocabulary [0, {})", token, impl_->n_vocab));
+  }
+}
+
+std::string Model::detokenize(std::span<const Token> tokens, const DetokenizeOptions &options) const {
+  for (Token t : tokens) check_token(t);
+  if (tokens.size() > static_cast<std::size_t>(INT32_MAX / 64)) {
+    detail::fail(Errc::out_of_range, fmt::format("{} tokens exceed the detokenizer limit", tokens.size()));
+  }
+  std::string out(tokens.size() * 8 + 16, '\0');
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int32_t n = llama_detokenize(impl_->vocab, tokens.data(), static_cast<int32_t>(tokens.size()), out.data(),
+                                       static_cast<int32_t>(out.size()), options.remove_special,
+                                       options.render_special);
+    if (n >= 0) {
+      out.resize(static_cast<std::size_t>(n));
+      return out;
+    }
+    out.resize(static_cast<std::size_t>(-n));
+  }
+  detail::fail(Errc::backend, "llama_detokenize did not fit the size it asked for");
+}
+
+std::string Model::token_piece(Token token, bool render_special) const {
+  check_token(token);
+  // A stack buffer: most pieces are short, and the result then fits the
+  // string's inline storage (a generation step samples one per conversation).
+  char buf[64];
+  const int32_t n = llama_token_to_piece(impl_->vocab, token, buf, sizeof buf, 0, render_special);
+  if (n >= 0) return std::string(buf, static_cast<std::size_t>(n));
+  std::string out(static_cast<std::size_t>(-n), '\0');
+  const int32_t m = llama_token_to_piece(impl_->vocab, token, out.data(), static_cast<int32_t>(out.size()), 0,
+                                         render_special);
+  out.resize(static_cast<std::size_t>(m < 0 ? 0 : m));
+  return out;
+}
+
+std::int32_t Model::n_vocab() const noexcept { return impl_->n_vocab; }
+std::int32_t Model::n_ctx_train() const noexcept { return llama_model_n_ctx_train(impl_->model); }
+std::int32_t Model::n_embd() const noexcept { return llama_model_n_embd(impl_->model); }
+std::int32_t Model::n_layer() const noexcept { return llama_model_n_layer(impl_->model); }
+std::uint64_t Model::n_params() const noexcept { return llama_model_n_params(impl_->model); }
+std::uint64_t Model::size_bytes() const noexcept { return llama_model_size(impl_->model); }
+Token Model::bos() const noexcept { return llama_vocab_bos(impl_->vocab); }
+Token Model::eos() const noexcept { return llama_vocab_eos(impl_->vocab); }
+
+bool Model::is_eog(Token token) const noexcept {
+  return token >= 0 && token < impl_->n_vocab && llama_vocab_is_eog(impl_->vocab, token);
+}
+
+std::string Model::description() const {
+  char buf[256];
+  const int32_t n = llama_model_desc(impl_->model, buf, sizeof buf);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(std::min<int32_t>(n, sizeof buf - 1))) : std::string();
+}
+
+std::string Model::meta(std::string_view key) const {
+  const std::string k(key);
+  std::string out(256, '\0');
+  int32_t n = llama_model_meta_val_str(impl_->model, k.c_str(), out.data(), out.size());
+  if (n < 0) return {};
+  if (static_cast<std::size_t>(n) >= out.size()) {
+    out.resize(static_cast<std::size_t>(n) + 1);
+    n = llama_model_meta_val_str(impl_->model, k.c_str(), out.data(), out.size());
+  }
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+std::uint64_t Model::fingerprint() const noexcept { return impl_->fingerprint; }
+const std::string &Model::path() const noexcept { return impl_->path; }
+
+}  // namespace weft

@@ -1,0 +1,367 @@
+// Sampler (a llama.cpp sampler chain over caller-held logits) and TextStream.
+#include "core/sampling.hpp"
+
+#include <llama.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+
+#include "core/internal.hpp"
+#include "core/model_impl.hpp"
+
+namespace weft::detail {
+namespace {
+
+// llama.cpp throws C++ exceptions from inside its C API (bad_alloc, grammar
+// stack errors); they become typed errors here.
+template <class Fn>
+void guarded(const char *what, Fn &&fn) {
+  try {
+    fn();
+  } catch (const Error &) {
+    throw;
+  } catch (const std::exception &e) {
+    fail(Errc::backend, fmt::format("llama.cpp failed in {}: {}", what, e.what()));
+  }
+}
+
+llama_sampler *checked(llama_sampler *s, const char *what) {
+  if (s == nullptr) fail(Errc::backend, fmt::format("llama.cpp could not create the {} sampler", what));
+  return s;
+}
+
+}  // namespace
+
+void Sampler::Free::operator()(llama_sampler *s) const noexcept { llama_sampler_free(s); }
+
+Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n_ctx) : model_(model), params_(params) {
+  validate(params_);
+  ensure_backend();
+  const Model::Impl &m = *model_.impl();
+
+  if (!params_.grammar.empty()) {
+    take_llama_error();
+    llama_sampler *g = nullptr;
+    guarded("grammar parsing",
+            [&] { g = llama_sampler_init_grammar(m.vocab, params_.grammar.c_str(), params_.grammar_root.c_str()); });
+    if (g == nullptr) {
+      // llama.cpp prints the parser's detail to stderr itself; its log carries the summary.
+      const std::string why = take_llama_error();
+      fail(Errc::invalid_argument, fmt::format("SamplerParams.grammar (root '{}') was refused by llama.cpp: {}",
+                                               params_.grammar_root, why.empty() ? "no reason given" : why));
+    }
+    grammar_.reset(g);
+  }
+
+  chain_.reset(checked(llama_sampler_chain_init(llama_sampler_chain_default_params()), "chain"));
+  auto add = [&](llama_sampler *s, const char *what) { llama_sampler_chain_add(chain_.get(), checked(s, what)); };
+  std::int32_t last_n = params_.penalty_last_n;
+  if (last_n == -1) last_n = n_ctx > 0 ? n_ctx : model_.n_ctx_train();
+  // Index 0 of the chain, always present (an empty stage when off), so accept_prompt() can reach it.
+  add(llama_sampler_init_penalties(m.n_vocab, last_n, params_.repeat_penalty, params_.frequency_penalty,
+                                   params_.presence_penalty),
+      "penalties");
+  if (params_.temperature == 0.0f) {
+    add(llama_sampler_init_greedy(), "greedy");
+  } else {
+    if (params_.top_k > 0) add(llama_sampler_init_top_k(params_.top_k), "top_k");
+    if (params_.top_p < 1.0f) add(llama_sampler_init_top_p(params_.top_p, 1), "top_p");
+    if (params_.min_p > 0.0f) add(llama_sampler_init_min_p(params_.min_p, 1), "min_p");
+    add(llama_sampler_init_temp(params_.temperature), "temp");
+  }
+  cur_.resize(static_cast<std::size_t>(m.n_vocab));
+  rng_ = 0x6a09e667f3bcc909ull ^ (static_cast<std::uint64_t>(params_.seed) * 0x9e3779b97f4a7c15ull);
+  journal_keep_ = grammar_ ? 0 : static_cast<std::size_t>(std::max(0, last_n));
+  // Mirrors llama_sampler_penalties::is_disabled(): apply() and accept() then do nothing.
+  const bool penalties_off = last_n == 0 || (params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
+                                              params_.presence_penalty == 0.0f);
+  fast_greedy_ = params_.temperature == 0.0f && !grammar_ && penalties_off;
+}
+
+namespace {
+
+// splitmix64: one 64-bit word of state, identical everywhere.
+std::uint64_t next_u64(std::uint64_t &s) {
+  std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void Sampler::journal_push(std::int32_t entry) {
+  if (!grammar_ && journal_keep_ == 0) return;  // nothing would read it
+  journal_.push_back(entry);
+  // Trim in chunks so the amortised cost stays O(1) per token.
+  if (journal_keep_ != 0 && journal_.size() > 2 * journal_keep_) {
+    journal_.erase(journal_.begin(), journal_.end() - static_cast<std::ptrdiff_t>(journal_keep_));
+  }
+}
+
+Sampler Sampler::restore(const Model &model, const SamplerParams &params, std::int32_t n_ctx, const State &state) {
+  Sampler s(model, params, n_ctx);
+  try {
+    for (std::int32_t e : state.journal) {
+      if (e >= 0) {
+        s.accept(e);
+      } else {
+        const Token t = -(e + 1);
+        s.accept_prompt(std::span<const Token>(&t, 1));
+      }
+    }
+  } catch (const Error &err) {
+    fail(Errc::corrupt, fmt::format("sampler state does not replay: {}", err.what()));
+  }
+  s.rng_ = state.rng;
+  return s;
+}
+
+Sampler::Sampler(Model model, SamplerParams params, Ptr grammar, Ptr chain)
+    : model_(std::move(model)), params_(std::move(params)), grammar_(std::move(grammar)), chain_(std::move(chain)) {
+  cur_.resize(static_cast<std::size_t>(model_.n_vocab()));
+}
+
+Sampler::~Sampler() = default;
+Sampler::Sampler(Sampler &&) noexcept = default;
+Sampler &Sampler::operator=(Sampler &&) noexcept = default;
+
+Sampler Sampler::clone() const {
+  Ptr grammar;
+  Ptr chain;
+  guarded("sampler clone", [&] {
+    if (grammar_) grammar.reset(checked(llama_sampler_clone(grammar_.get()), "grammar clone"));
+    chain.reset(checked(llama_sampler_clone(chain_.get()), "chain clone"));
+  });
+  Sampler out(model_, params_, std::move(grammar), std::move(chain));
+  out.rng_ = rng_;
+  out.journal_ = journal_;
+  out.journal_keep_ = journal_keep_;
+  out.fast_greedy_ = fast_greedy_;
+  return out;
+}
+
+void Sampler::check_size(std::span<const float> logits) const {
+  if (logits.size() != cur_.size()) {
+    fail(Errc::invalid_argument,
+         fmt::format("logits has {} entries, but the vocabulary has {} tokens", logits.size(), cur_.size()));
+  }
+}
+
+Token Sampler::sample(std::span<const float> logits) {
+  return fast_greedy_ ? sample_argmax(logits) : sample_chain(logits);
+}
+
+Token Sampler::sample_argmax(std::span<const float> logits) const {
+  check_size(logits);
+  const float *p = logits.data();
+  const std::size_t n = logits.size();
+  // Pass 1: the maximum and whether any entry is NaN. `l > m ? l : m` never
+  // picks a NaN and is exactly one SIMD max instruction, so with GCC/Clang
+  // vector types the loop runs 16 floats per iteration in 4 independent lanes.
+  float max_logit = -INFINITY;
+  bool nan = false;
+  std::size_t i = 0;
+#if defined(__GNUC__) || defined(__clang__)
+  using V = float __attribute__((vector_size(16)));
+  using M = std::int32_t __attribute__((vector_size(16)));
+  const V lo = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  V m0 = lo, m1 = lo, m2 = lo, m3 = lo;
+  M bad = {0, 0, 0, 0};
+  for (; i + 16 <= n; i += 16) {
+    V a, b, c, d;
+    std::memcpy(&a, p + i, sizeof(V));
+    std::memcpy(&b, p + i + 4, sizeof(V));
+    std::memcpy(&c, p + i + 8, sizeof(V));
+    std::memcpy(&d, p + i + 12, sizeof(V));
+    bad |= (a != a) | (b != b) | (c != c) | (d != d);
+    m0 = a > m0 ? a : m0;
+    m1 = b > m1 ? b : m1;
+    m2 = c > m2 ? c : m2;
+    m3 = d > m3 ? d : m3;
+  }
+  m0 = m1 > m0 ? m1 : m0;
+  m2 = m3 > m2 ? m3 : m2;
+  m0 = m2 > m0 ? m2 : m0;
+  for (int k = 0; k < 4; ++k) {
+    nan |= bad[k] != 0;
+    max_logit = m0[k] > max_logit ? m0[k] : max_logit;
+  }
+#endif
+  for (; i < n; ++i) {
+    nan |= p[i] != p[i];
+    max_logit = p[i] > max_logit ? p[i] : max_logit;
+  }
+  // The same errors, in the same order, as the chain path.
+  if (nan) {
+    for (std::size_t j = 0; j < n; ++j) {
+      if (std::isnan(p[j])) fail(Errc::invalid_argument, fmt::format("logits[{}] is NaN", j));
+    }
+  }
+  if (max_logit == -INFINITY) fail(Errc::invalid_argument, "every logit is -inf: no token can be sampled");
+  // Pass 2: the first entry equal to the maximum, which is what llama.cpp's
+  // greedy stage picks (it moves only on a strictly greater logit; -0 == +0).
+  std::size_t at = 0;
+  while (!(p[at] == max_logit)) ++at;
+  return static_cast<Token>(at);
+}
+
+Token Sampler::sample_chain(std::span<const float> logits) {
+  check_size(logits);
+  float max_logit = -INFINITY;
+  for (std::size_t i = 0; i < cur_.size(); ++i) {
+    const float l = logits[i];
+    if (std::isnan(l)) fail(Errc::invalid_argument, fmt::format("logits[{}] is NaN", i));
+    max_logit = l > max_logit ? l : max_logit;
+    cur_[i] = llama_token_data{static_cast<llama_token>(i), l, 0.0f};
+  }
+  if (max_logit == -INFINITY) fail(Errc::invalid_argument, "every logit is -inf: no token can be sampled");
+
+  llama_token_data_array arr{cur_.data(), cur_.size(), -1, false};
+  if (grammar_) {
+    guarded("grammar apply", [&] { llama_sampler_apply(grammar_.get(), &arr); });
+    bool any = false;
+    for (std::size_t i = 0; i < arr.size && !any; ++i) any = arr.data[i].logit > -INFINITY;
+    if (!any) {
+      fail(Errc::invalid_argument, "grammar admits no token with a finite logit at this point");
+    }
+  }
+  guarded("sampling", [&] { llama_sampler_apply(chain_.get(), &arr); });
+  if (params_.temperature != 0.0f) {
+    // Softmax over what the stages left, then one draw.
+    float top = -INFINITY;
+    for (std::size_t i = 0; i < arr.size; ++i) top = std::max(top, arr.data[i].logit);
+    double total = 0;
+    for (std::size_t i = 0; i < arr.size; ++i) {
+      total += arr.data[i].logit > -INFINITY ? std::exp(static_cast<double>(arr.data[i].logit - top)) : 0.0;
+    }
+    const double u = static_cast<double>(next_u64(rng_) >> 11) * 0x1.0p-53 * total;
+    double acc = 0;
+    arr.selected = -1;
+    for (std::size_t i = 0; i < arr.size; ++i) {
+      if (!(arr.data[i].logit > -INFINITY)) continue;
+      acc += std::exp(static_cast<double>(arr.data[i].logit - top));
+      arr.selected = static_cast<int64_t>(i);
+      if (u < acc) break;
+    }
+  }
+  if (arr.selected < 0 || static_cast<std::size_t>(arr.selected) >= arr.size) {
+    fail(Errc::backend, fmt::format("llama.cpp selected candidate {} of {}", arr.selected, arr.size));
+  }
+  const llama_token_data &picked = arr.data[arr.selected];
+  // Overflow in a stage (e.g. logits / a tiny temperature) can leave no finite choice.
+  if (!(picked.logit > -INFINITY)) {
+    fail(Errc::invalid_argument, fmt::format("sampling chose token {} with logit {}: no token is admissible",
+                                             picked.id, picked.logit));
+  }
+  return picked.id;
+}
+
+void Sampler::accept(Token token) {
+  model_.check_token(token);
+  if (grammar_) {
+    // llama.cpp aborts on a disallowed end-of-generation token and corrupts its stacks on any
+    // other disallowed token, so ask the grammar first with a one-candidate array.
+    llama_token_data one{token, 0.0f, 0.0f};
+    llama_token_data_array arr{&one, 1, -1, false};
+    guarded("grammar check", [&] { llama_sampler_apply(grammar_.get(), &arr); });
+    if (!(arr.data[0].logit > -INFINITY)) {
+      fail(Errc::invalid_argument, fmt::format("token {} ('{}') is not allowed by the grammar at this point", token,
+                                               model_.token_piece(token)));
+    }
+    guarded("grammar accept", [&] { llama_sampler_accept(grammar_.get(), token); });
+  }
+  guarded("sampler accept", [&] { llama_sampler_accept(chain_.get(), token); });
+  journal_push(token);
+}
+
+void Sampler::accept_prompt(std::span<const Token> tokens) {
+  for (Token t : tokens) model_.check_token(t);
+  llama_sampler *penalties = llama_sampler_chain_get(chain_.get(), 0);
+  guarded("penalty accept", [&] {
+    for (Token t : tokens) llama_sampler_accept(penalties, t);
+  });
+  for (Token t : tokens) journal_push(-(t + 1));
+}
+
+// ---- TextStream ----
+
+namespace {
+
+// Where released text must end so that it does not split a UTF-8 sequence
+// that may still complete: before the lead byte of an unfinished sequence at
+// `end`, unless that lead was already released (then it was invalid anyway).
+std::size_t utf8_safe_end(const std::string &s, std::size_t end, std::size_t released) {
+  std::size_t lead = end;
+  for (int back = 0; back < 4 && lead > 0; ++back) {
+    --lead;
+    if ((static_cast<unsigned char>(s[lead]) & 0xC0) != 0x80) break;
+  }
+  if (lead >= end) return end;
+  const auto b = static_cast<unsigned char>(s[lead]);
+  const std::size_t need = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+  if (need == 0 || lead + need <= end || lead < released) return end;
+  return lead;
+}
+
+}  // namespace
+
+TextStream::TextStream(std::vector<std::string> stop_strings) : stops_(std::move(stop_strings)) {
+  for (std::size_t i = 0; i < stops_.size(); ++i) {
+    if (stops_[i].empty()) {
+      fail(Errc::invalid_argument, fmt::format("stop string #{} of {} is empty", i, stops_.size()));
+    }
+  }
+}
+
+std::string TextStream::push(std::string_view piece) {
+  if (stopped_) return {};
+  text_.append(piece);
+
+  // A stop string can only start in the held-back part: released text never holds a possible start.
+  std::size_t best = std::string::npos;
+  const std::string *best_stop = nullptr;
+  for (const auto &s : stops_) {
+    const std::size_t at = text_.find(s, released_);
+    if (at < best) {
+      best = at;
+      best_stop = &s;
+    }
+  }
+  if (best_stop != nullptr) {
+    stopped_ = true;
+    matched_ = *best_stop;
+    text_.resize(best);
+    std::string out = text_.substr(released_);
+    released_ = text_.size();
+    return out;
+  }
+
+  // Hold back the longest suffix that is a proper prefix of a stop string.
+  std::size_t hold = 0;
+  const std::size_t open = text_.size() - released_;
+  for (const auto &s : stops_) {
+    for (std::size_t len = std::min(s.size() - 1, open); len > hold; --len) {
+      if (std::string_view(text_).substr(text_.size() - len) == std::string_view(s).substr(0, len)) {
+        hold = len;
+        break;
+      }
+    }
+  }
+  const std::size_t end = utf8_safe_end(text_, text_.size() - hold, released_);
+  std::string out = text_.substr(released_, end - released_);
+  released_ = end;
+  return out;
+}
+
+std::string TextStream::flush() {
+  std::string out = text_.substr(released_);
+  released_ = text_.size();
+  return out;
+}
+
+}  // namespace weft::detail

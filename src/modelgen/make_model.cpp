@@ -1,0 +1,324 @@
+// weft::make_model: llama-architecture GGUF files with seeded random weights.
+//
+// The header (metadata + tensor infos) is built with gguf.h; tensor data is
+// then generated, converted and streamed one tensor at a time, so even the 1b
+// preset needs memory for only its largest tensor.
+#include <ggml.h>
+#include <gguf.h>
+#include <llama.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/file_io.hpp"
+#include "core/internal.hpp"
+#include "modelgen/model_writer.hpp"
+#include "modelgen/splitmix.hpp"
+#include "weft/make_model.hpp"
+#include "weft/train.hpp"
+
+namespace weft {
+namespace {
+
+using detail::GgmlPtr;
+using detail::GgufPtr;
+using Rng = detail::SplitMix64;
+
+std::uint64_t hash_name(std::uint64_t seed, const char *name) {
+  std::uint64_t h = 1469598103934665603ull ^ seed;
+  for (const char *p = name; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
+  return h;
+}
+
+// Each tensor has its own stream, so the data does not depend on write order.
+void fill_normal(std::vector<float> &v, std::uint64_t seed, const char *name, float std) {
+  Rng rng{hash_name(seed, name)};
+  for (std::size_t i = 0; i < v.size(); i += 2) {
+    const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
+    const double t = 2.0 * M_PI * rng.uniform();
+    v[i] = static_cast<float>(r * std::cos(t) * std);
+    if (i + 1 < v.size()) v[i + 1] = static_cast<float>(r * std::sin(t) * std);
+  }
+}
+
+ggml_type to_ggml(WeightType t) {
+  switch (t) {
+    case WeightType::f32: return GGML_TYPE_F32;
+    case WeightType::f16: return GGML_TYPE_F16;
+    case WeightType::q8_0: return GGML_TYPE_Q8_0;
+    case WeightType::q4_0: return GGML_TYPE_Q4_0;
+  }
+  return GGML_TYPE_F32;
+}
+
+llama_ftype to_ftype(WeightType t) {
+  switch (t) {
+    case WeightType::f32: return LLAMA_FTYPE_ALL_F32;
+    case WeightType::f16: return LLAMA_FTYPE_MOSTLY_F16;
+    case WeightType::q8_0: return LLAMA_FTYPE_MOSTLY_Q8_0;
+    case WeightType::q4_0: return LLAMA_FTYPE_MOSTLY_Q4_0;
+  }
+  return LLAMA_FTYPE_ALL_F32;
+}
+
+// Copies every tokenizer.* key of the vocabulary file.
+void copy_tokenizer(gguf_context *dst, const gguf_context *src) {
+  for (int64_t i = 0; i < gguf_get_n_kv(src); ++i) {
+    const char *key = gguf_get_key(src, i);
+    if (std::strncmp(key, "tokenizer.", 10) != 0) continue;
+    const gguf_type type = gguf_get_kv_type(src, i);
+    switch (type) {
+      case GGUF_TYPE_UINT8: gguf_set_val_u8(dst, key, gguf_get_val_u8(src, i)); break;
+      case GGUF_TYPE_INT8: gguf_set_val_i8(dst, key, gguf_get_val_i8(src, i)); break;
+      case GGUF_TYPE_UINT16: gguf_set_val_u16(dst, key, gguf_get_val_u16(src, i)); break;
+      case GGUF_TYPE_INT16: gguf_set_val_i16(dst, key, gguf_get_val_i16(src, i)); break;
+      case GGUF_TYPE_UINT32: gguf_set_val_u32(dst, key, gguf_get_val_u32(src, i)); break;
+      case GGUF_TYPE_INT32: gguf_set_val_i32(dst, key, gguf_get_val_i32(src, i)); break;
+      case GGUF_TYPE_FLOAT32: gguf_set_val_f32(dst, key, gguf_get_val_f32(src, i)); break;
+      case GGUF_TYPE_UINT64: gguf_set_val_u64(dst, key, gguf_get_val_u64(src, i)); break;
+      case GGUF_TYPE_INT64: gguf_set_val_i64(dst, key, gguf_get_val_i64(src, i)); break;
+      case GGUF_TYPE_FLOAT64: gguf_set_val_f64(dst, key, gguf_get_val_f64(src, i)); break;
+      case GGUF_TYPE_BOOL: gguf_set_val_bool(dst, key, gguf_get_val_bool(src, i)); break;
+      case GGUF_TYPE_STRING: gguf_set_val_str(dst, key, gguf_get_val_str(src, i)); break;
+      case GGUF_TYPE_ARRAY: {
+        const gguf_type at = gguf_get_arr_type(src, i);
+        const std::size_t n = gguf_get_arr_n(src, i);
+        if (at == GGUF_TYPE_STRING) {
+          std::vector<const char *> strs(n);
+          for (std::size_t j = 0; j < n; ++j) strs[j] = gguf_get_arr_str(src, i, j);
+          gguf_set_arr_str(dst, key, strs.data(), n);
+        } else {
+          gguf_set_arr_data(dst, key, at, gguf_get_arr_data(src, i), n);
+        }
+        break;
+      }
+      default: detail::fail(Errc::corrupt, fmt::format("vocabulary key '{}' has unknown type {}", key, int(type)));
+    }
+  }
+}
+
+struct TensorSpec {
+  std::string name;
+  int64_t ne0, ne1;  // ne1 == 1 for vectors
+  bool matrix;       // stored in the weight type; vectors stay f32
+  float std;         // 0 = constant 1 (norm weights)
+};
+
+std::vector<TensorSpec> tensor_list(const ModelShape &s, int64_t n_vocab, float std_embd, float std_kv) {
+  const int64_t head = s.n_embd / s.n_head;
+  const int64_t q = head * s.n_head, kv = head * s.n_head_kv;
+  const float std = 0.02f;
+  if (std_embd <= 0) std_embd = std;
+  if (std_kv <= 0) std_kv = std;
+  const float proj = std / std::sqrt(2.0f * static_cast<float>(s.n_layer));
+  std::vector<TensorSpec> t;
+  t.push_back({"token_embd.weight", s.n_embd, n_vocab, true, std_embd});
+  for (int l = 0; l < s.n_layer; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    t.push_back({b + "attn_norm.weight", s.n_embd, 1, false, 0});
+    t.push_back({b + "attn_q.weight", s.n_embd, q, true, std});
+    t.push_back({b + "attn_k.weight", s.n_embd, kv, true, std_kv});
+    t.push_back({b + "attn_v.weight", s.n_embd, kv, true, std_kv});
+    t.push_back({b + "attn_output.weight", q, s.n_embd, true, proj});
+    t.push_back({b + "ffn_norm.weight", s.n_embd, 1, false, 0});
+    t.push_back({b + "ffn_gate.weight", s.n_embd, s.n_ff, true, std});
+    t.push_back({b + "ffn_up.weight", s.n_embd, s.n_ff, true, std});
+    t.push_back({b + "ffn_down.weight", s.n_ff, s.n_embd, true, proj});
+  }
+  t.push_back({"output_norm.weight", s.n_embd, 1, false, 0});
+  if (!s.tied_output) t.push_back({"output.weight", s.n_embd, n_vocab, true, std});
+  return t;
+}
+
+
+}  // namespace
+
+ModelShape preset_shape(ModelPreset preset) noexcept {
+  switch (preset) {
+    case ModelPreset::tiny: return {2, 64, 4, 2, 256, 4096, false, WeightType::f32};
+    case ModelPreset::small: return {30, 576, 9, 3, 1536, 8192, true, WeightType::q8_0};
+    case ModelPreset::b1: return {22, 2048, 32, 4, 5632, 2048, false, WeightType::q4_0};
+    case ModelPreset::npc: {
+      const TrainParams t;
+      return {t.n_layer, t.n_embd, t.n_head, t.n_head, t.n_ff, t.n_ctx, false, WeightType::f32};
+    }
+  }
+  return {};
+}
+
+const char *preset_name(ModelPreset preset) noexcept {
+  switch (preset) {
+    case ModelPreset::tiny: return "tiny";
+    case ModelPreset::small: return "small";
+    case ModelPreset::b1: return "1b";
+    case ModelPreset::npc: return "npc";
+  }
+  return "?";
+}
+
+ModelPreset parse_preset(const std::string &name) {
+  for (auto p : {ModelPreset::tiny, ModelPreset::small, ModelPreset::b1, ModelPreset::npc}) {
+    if (name == preset_name(p)) return p;
+  }
+  detail::fail(Errc::invalid_argument, fmt::format("unknown model preset '{}' (expected tiny, small, 1b or npc)", name));
+}
+
+const char *weight_type_name(WeightType type) noexcept {
+  switch (type) {
+    case WeightType::f32: return "f32";
+    case WeightType::f16: return "f16";
+    case WeightType::q8_0: return "q8_0";
+    case WeightType::q4_0: return "q4_0";
+  }
+  return "?";
+}
+
+WeightType parse_weight_type(const std::string &name) {
+  for (auto t : {WeightType::f32, WeightType::f16, WeightType::q8_0, WeightType::q4_0}) {
+    if (name == weight_type_name(t)) return t;
+  }
+  detail::fail(Errc::invalid_argument, fmt::format("unknown weight type '{}' (expected f32, f16, q8_0 or q4_0)", name));
+}
+
+const char *default_vocab_path() noexcept { return WEFT_DEFAULT_VOCAB; }
+
+void detail::write_gguf_meta(TempFile &file, const gguf_context *g) {
+  std::vector<char> header(gguf_get_meta_size(g));
+  gguf_get_meta_data(g, header.data());
+  file.write(header.data(), header.size());
+}
+
+void detail::write_gguf_tensor(TempFile &file, const gguf_context *g, const void *data, std::size_t n) {
+  static constexpr char zeros[64] = {};
+  const std::size_t align = gguf_get_alignment(g);
+  file.write(data, n);
+  file.write(zeros, (align - n % align) % align);
+}
+
+void detail::write_random_model(const RandomModelSpec &spec) {
+  detail::ensure_backend();
+  if (spec.out.empty()) detail::fail(Errc::invalid_argument, "MakeModelParams.out is empty");
+  const ModelShape &shape = spec.shape;
+  const WeightType wtype = spec.type;
+  const ggml_type mat_type = to_ggml(wtype);
+  const int64_t blck = ggml_blck_size(mat_type);
+  for (int64_t width : {int64_t(shape.n_embd), int64_t(shape.n_ff)}) {
+    if (width % blck != 0) {
+      detail::fail(Errc::invalid_argument, fmt::format("row width {} is not a multiple of the {} block size {}", width,
+                                                       weight_type_name(wtype), blck));
+    }
+  }
+
+  const std::string vocab_path = spec.vocab.empty() ? default_vocab_path() : spec.vocab;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(vocab_path, ec)) {
+    detail::fail(Errc::not_found, fmt::format("vocabulary file '{}' does not exist", vocab_path));
+  }
+  gguf_init_params vp{/*no_alloc=*/true, /*ctx=*/nullptr};
+  GgufPtr vocab(gguf_init_from_file(vocab_path.c_str(), vp));
+  if (!vocab) detail::fail(Errc::corrupt, fmt::format("vocabulary file '{}' is not a readable GGUF", vocab_path));
+  const int64_t tokens_key = gguf_find_key(vocab.get(), "tokenizer.ggml.tokens");
+  if (tokens_key < 0) detail::fail(Errc::corrupt, fmt::format("'{}' has no tokenizer.ggml.tokens", vocab_path));
+  const int64_t n_vocab = static_cast<int64_t>(gguf_get_arr_n(vocab.get(), tokens_key));
+
+  GgufPtr out(gguf_init_empty());
+  gguf_context *g = out.get();
+  gguf_set_val_str(g, "general.architecture", "llama");
+  gguf_set_val_str(g, "general.name", fmt::format("weft-{}-seed{}", spec.preset, spec.seed).c_str());
+  gguf_set_val_u32(g, "general.file_type", static_cast<uint32_t>(to_ftype(wtype)));
+  gguf_set_val_u32(g, "general.quantization_version", GGML_QNT_VERSION);
+  gguf_set_val_u32(g, "llama.context_length", static_cast<uint32_t>(shape.n_ctx_train));
+  gguf_set_val_u32(g, "llama.embedding_length", static_cast<uint32_t>(shape.n_embd));
+  gguf_set_val_u32(g, "llama.block_count", static_cast<uint32_t>(shape.n_layer));
+  gguf_set_val_u32(g, "llama.feed_forward_length", static_cast<uint32_t>(shape.n_ff));
+  gguf_set_val_u32(g, "llama.attention.head_count", static_cast<uint32_t>(shape.n_head));
+  gguf_set_val_u32(g, "llama.attention.head_count_kv", static_cast<uint32_t>(shape.n_head_kv));
+  gguf_set_val_u32(g, "llama.rope.dimension_count", static_cast<uint32_t>(shape.n_embd / shape.n_head));
+  gguf_set_val_f32(g, "llama.rope.freq_base", 10000.0f);
+  gguf_set_val_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  gguf_set_val_u32(g, "llama.vocab_size", static_cast<uint32_t>(n_vocab));
+  gguf_set_val_str(g, "weft.preset", spec.preset.c_str());
+  gguf_set_val_u64(g, "weft.seed", spec.seed);
+  copy_tokenizer(g, vocab.get());
+  const auto specs = tensor_list(shape, n_vocab, spec.std_embd, spec.std_kv);
+  ggml_init_params ip{ggml_tensor_overhead() * (specs.size() + 8), nullptr, /*no_alloc=*/true};
+  GgmlPtr meta(ggml_init(ip));
+  std::vector<ggml_tensor *> tensors;
+  std::size_t total_bytes = 0;
+  for (const auto &s : specs) {
+    ggml_tensor *t = s.ne1 == 1 && !s.matrix ? ggml_new_tensor_1d(meta.get(), GGML_TYPE_F32, s.ne0)
+                                             : ggml_new_tensor_2d(meta.get(), mat_type, s.ne0, s.ne1);
+    ggml_set_name(t, s.name.c_str());
+    gguf_add_tensor(g, t);
+    tensors.push_back(t);
+    total_bytes += ggml_nbytes(t);
+  }
+
+  detail::TempFile file(spec.out);
+  detail::write_gguf_meta(file, g);
+
+  std::vector<float> f32;
+  std::vector<char> conv;
+  std::size_t done = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const auto &s = specs[i];
+    ggml_tensor *t = tensors[i];
+    f32.resize(static_cast<std::size_t>(s.ne0 * s.ne1));
+    if (s.std == 0) {
+      std::fill(f32.begin(), f32.end(), 1.0f);
+    } else {
+      fill_normal(f32, spec.seed, s.name.c_str(), s.std);
+    }
+
+    const std::size_t nbytes = ggml_nbytes(t);
+    const char *data = reinterpret_cast<const char *>(f32.data());
+    if (t->type == GGML_TYPE_F16) {
+      conv.resize(nbytes);
+      ggml_fp32_to_fp16_row(f32.data(), reinterpret_cast<ggml_fp16_t *>(conv.data()), ggml_nelements(t));
+      data = conv.data();
+    } else if (t->type != GGML_TYPE_F32) {
+      conv.resize(nbytes);
+      ggml_quantize_chunk(t->type, f32.data(), conv.data(), 0, s.ne1, s.ne0, nullptr);
+      data = conv.data();
+    }
+    detail::write_gguf_tensor(file, g, data, nbytes);
+    done += nbytes;
+    if (spec.on_progress) spec.on_progress(static_cast<float>(done) / static_cast<float>(total_bytes));
+  }
+  file.commit();
+}
+
+void make_model(const MakeModelParams &params) {
+  if (params.preset == ModelPreset::npc) {
+    if (params.type && *params.type != WeightType::f32) {
+      detail::fail(Errc::invalid_argument, fmt::format("the npc preset is trained in f32; type {} is not supported",
+                                                       weight_type_name(*params.type)));
+    }
+    TrainParams t;
+    t.seed = params.seed;
+    t.corpus.seed = params.seed;
+    t.out = params.out;
+    t.vocab = params.vocab;
+    if (params.on_progress) t.on_progress = [&](const TrainProgress &p) { params.on_progress(float(p.fraction)); };
+    train_npc_model(t);
+    return;
+  }
+  const ModelShape shape = preset_shape(params.preset);
+  detail::write_random_model({.shape = shape,
+                              .type = params.type.value_or(shape.default_type),
+                              .preset = preset_name(params.preset),
+                              .seed = params.seed,
+                              .out = params.out,
+                              .vocab = params.vocab,
+                              .on_progress = params.on_progress});
+}
+
+}  // namespace weft

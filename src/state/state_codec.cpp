@@ -1,0 +1,319 @@
+#include "state/state_codec.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "core/internal.hpp"
+
+namespace weft::detail {
+namespace {
+
+constexpr char kConvMagic[8] = {'W', 'E', 'F', 'T', 'C', 'O', 'N', 'V'};
+constexpr char kSnapMagic[8] = {'W', 'E', 'F', 'T', 'S', 'N', 'A', 'P'};
+
+class Writer {
+ public:
+  std::vector<std::uint8_t> out;
+  void raw(const void *p, std::size_t n) {
+    if (n == 0) return;  // p may be null (an empty vector's data())
+    auto b = static_cast<const std::uint8_t *>(p);
+    out.insert(out.end(), b, b + n);
+  }
+  template <class T> void put(T v) { raw(&v, sizeof v); }  // little-endian hosts only (static_assert below)
+  void str(const std::string &s) {
+    put<std::uint32_t>(static_cast<std::uint32_t>(s.size()));
+    raw(s.data(), s.size());
+  }
+  void tokens(const std::vector<Token> &t) {
+    put<std::uint32_t>(static_cast<std::uint32_t>(t.size()));
+    raw(t.data(), t.size() * sizeof(Token));
+  }
+  void sampler(const SamplerParams &p) {
+    put(p.temperature);
+    put<std::int32_t>(p.top_k);
+    put(p.top_p);
+    put(p.min_p);
+    put(p.repeat_penalty);
+    put(p.frequency_penalty);
+    put(p.presence_penalty);
+    put<std::int32_t>(p.penalty_last_n);
+    put(p.seed);
+    str(p.grammar);
+    str(p.grammar_root);
+  }
+  void sampler_state(const std::optional<Sampler::State> &s) {
+    put<std::uint8_t>(s ? 1 : 0);
+    if (!s) return;
+    put(s->rng);
+    tokens(s->journal);
+  }
+};
+
+class Reader {
+ public:
+  Reader(std::span<const std::uint8_t> b, const char *what) : b_(b), what_(what) {}
+  void raw(void *p, std::size_t n, const char *field) {
+    if (n == 0) return;  // p may be null (an empty vector's data())
+    if (n > b_.size() - pos_) {
+      fail(Errc::corrupt, fmt::format("{} is truncated: {} needs {} bytes at offset {}, {} left", what_, field, n, pos_,
+                                      b_.size() - pos_));
+    }
+    std::memcpy(p, b_.data() + pos_, n);
+    pos_ += n;
+  }
+  template <class T> T get(const char *field) {
+    T v;
+    raw(&v, sizeof v, field);
+    return v;
+  }
+  std::uint32_t count(std::uint32_t max, const char *field) {
+    const auto n = get<std::uint32_t>(field);
+    if (n > max) fail(Errc::corrupt, fmt::format("{}: {} = {} exceeds the limit of {}", what_, field, n, max));
+    return n;
+  }
+  bool flag(const char *field) {
+    const auto v = get<std::uint8_t>(field);
+    if (v > 1) fail(Errc::corrupt, fmt::format("{}: {} = {} is not a boolean", what_, field, v));
+    return v == 1;
+  }
+  std::string str(const char *field) {
+    std::string s(count(kMaxString, field), '\0');
+    raw(s.data(), s.size(), field);
+    return s;
+  }
+  std::vector<Token> tokens(const char *field, std::int32_t n_vocab, bool allow_prompt_marks = false) {
+    std::vector<Token> t(count(kMaxTokens, field));
+    raw(t.data(), t.size() * sizeof(Token), field);
+    for (Token x : t) {
+      const bool ok = (x >= 0 && x < n_vocab) || (allow_prompt_marks && x < 0 && -(x + 1) < n_vocab);
+      if (!ok) fail(Errc::corrupt, fmt::format("{}: {} holds token id {} outside [0, {})", what_, field, x, n_vocab));
+    }
+    return t;
+  }
+  SamplerParams sampler() {
+    SamplerParams p;
+    p.temperature = get<float>("sampler.temperature");
+    p.top_k = get<std::int32_t>("sampler.top_k");
+    p.top_p = get<float>("sampler.top_p");
+    p.min_p = get<float>("sampler.min_p");
+    p.repeat_penalty = get<float>("sampler.repeat_penalty");
+    p.frequency_penalty = get<float>("sampler.frequency_penalty");
+    p.presence_penalty = get<float>("sampler.presence_penalty");
+    p.penalty_last_n = get<std::int32_t>("sampler.penalty_last_n");
+    p.seed = get<std::uint32_t>("sampler.seed");
+    p.grammar = str("sampler.grammar");
+    p.grammar_root = str("sampler.grammar_root");
+    try {
+      validate(p);
+    } catch (const Error &e) {
+      fail(Errc::corrupt, fmt::format("{}: {}", what_, e.what()));
+    }
+    return p;
+  }
+  std::optional<Sampler::State> sampler_state(std::int32_t n_vocab) {
+    if (!flag("sampler_state.present")) return std::nullopt;
+    Sampler::State s;
+    s.rng = get<std::uint64_t>("sampler_state.rng");
+    s.journal = tokens("sampler_state.journal", n_vocab, true);
+    return s;
+  }
+  void skip(std::size_t n) { pos_ += std::min(n, left()); }
+  std::size_t pos() const { return pos_; }
+  std::size_t left() const { return b_.size() - pos_; }
+
+ private:
+  std::span<const std::uint8_t> b_;
+  const char *what_;
+  std::size_t pos_ = 0;
+};
+
+// Magic + version + body + CRC-32 of everything before it. The frame is the
+// same in every version, so the CRC is checked first: damaged version bytes
+// are corruption, and only an intact file of another version is incompatible.
+void check_frame(std::span<const std::uint8_t> bytes, const char (&magic)[8], const char *what) {
+  if (bytes.size() < 8 + 4 + 4 || std::memcmp(bytes.data(), magic, 8) != 0) {
+    fail(Errc::corrupt, fmt::format("{}: not a weft state (bad magic or {} bytes)", what, bytes.size()));
+  }
+  std::uint32_t version;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::uint32_t stored;
+  std::memcpy(&stored, bytes.data() + bytes.size() - 4, 4);
+  const std::uint32_t actual = crc32(bytes.first(bytes.size() - 4));
+  if (stored != actual) {
+    fail(Errc::corrupt, fmt::format("{}: checksum mismatch (stored {:08x}, computed {:08x}; version field {})", what,
+                                    stored, actual, version));
+  }
+  if (version != kStateVersion) {
+    fail(Errc::incompatible, fmt::format("{}: format version {} is not supported (this weft reads version {})", what,
+                                         version, kStateVersion));
+  }
+}
+
+void check_model(Reader &r, std::uint64_t fingerprint, const char *what) {
+  const auto fp = r.get<std::uint64_t>("model fingerprint");
+  if (fp != fingerprint) {
+    fail(Errc::incompatible,
+         fmt::format("{} was saved with another model (fingerprint {:016x}, this model {:016x})", what, fp, fingerprint));
+  }
+}
+
+}  // namespace
+
+static_assert(std::endian::native == std::endian::little, "the state format is little-endian");
+
+std::uint32_t crc32(std::span<const std::uint8_t> bytes) {
+  static const auto table = [] {
+    std::array<std::uint32_t, 256> t{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (std::uint8_t b : bytes) c = table[(c ^ b) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab) {
+  Writer w;
+  w.raw(kConvMagic, 8);
+  w.put(kStateVersion);
+  w.put(fingerprint);
+  w.put<std::int32_t>(n_vocab);
+  w.tokens(r.history);
+  w.tokens(r.queue);
+  w.put<std::uint8_t>(r.logits.empty() ? 0 : 1);
+  w.raw(r.logits.data(), r.logits.size() * sizeof(float));
+  w.sampler(r.sampler_params);
+  w.sampler_state(r.sampler_state);
+  w.put(r.priority);
+  w.put<std::uint8_t>(r.gen_token_queued ? 1 : 0);
+  w.put<std::uint8_t>(r.gen ? 1 : 0);
+  if (r.gen) {
+    const GenRecord &g = *r.gen;
+    w.put(g.max_tokens);
+    w.put<std::uint32_t>(static_cast<std::uint32_t>(g.stop.size()));
+    for (const auto &s : g.stop) w.str(s);
+    w.put<std::uint8_t>(g.sampler ? 1 : 0);
+    if (g.sampler) w.sampler(*g.sampler);
+    w.sampler_state(g.sampler_state);
+    w.tokens(g.tokens);
+    w.str(g.text);
+    w.str(g.stream_text);
+    w.put(g.stream_released);
+  }
+  w.put<std::uint64_t>(r.kv.size());
+  w.raw(r.kv.data(), r.kv.size());
+  w.put(crc32(w.out));
+  return std::move(w.out);
+}
+
+ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_t fingerprint, std::int32_t n_vocab,
+                               std::uint32_t n_ctx) {
+  const char *what = "conversation state";
+  check_frame(bytes, kConvMagic, what);
+  Reader r(bytes.first(bytes.size() - 4), what);
+  r.get<std::uint64_t>("magic");
+  r.get<std::uint32_t>("version");
+  check_model(r, fingerprint, what);
+  const auto vocab = r.get<std::int32_t>("n_vocab");
+  if (vocab != n_vocab) {
+    fail(Errc::incompatible, fmt::format("{}: saved with a vocabulary of {} tokens, this model has {}", what, vocab,
+                                         n_vocab));
+  }
+  ConvRecord c;
+  c.history = r.tokens("history", n_vocab);
+  c.queue = r.tokens("queue", n_vocab);
+  if (c.history.size() + c.queue.size() > n_ctx) {
+    fail(Errc::out_of_range, fmt::format("{}: {} tokens ({} decoded + {} queued) exceed this executor's n_ctx = {}",
+                                         what, c.history.size() + c.queue.size(), c.history.size(), c.queue.size(),
+                                         n_ctx));
+  }
+  if (r.flag("has_logits")) {
+    c.logits.resize(static_cast<std::size_t>(n_vocab));
+    r.raw(c.logits.data(), c.logits.size() * sizeof(float), "logits");
+    for (float x : c.logits) {
+      if (std::isnan(x)) fail(Errc::corrupt, fmt::format("{}: logits hold NaN", what));
+    }
+  }
+  c.sampler_params = r.sampler();
+  c.sampler_state = r.sampler_state(n_vocab);
+  c.priority = r.get<std::int32_t>("priority");
+  c.gen_token_queued = r.flag("gen_token_queued");
+  if (r.flag("has_generation")) {
+    GenRecord g;
+    g.max_tokens = r.get<std::uint32_t>("generation.max_tokens");
+    if (g.max_tokens == 0) fail(Errc::corrupt, fmt::format("{}: generation.max_tokens = 0", what));
+    const auto n_stop = r.count(kMaxStops, "generation.stop count");
+    for (std::uint32_t i = 0; i < n_stop; ++i) g.stop.push_back(r.str("generation.stop"));
+    if (r.flag("generation.has_sampler")) g.sampler = r.sampler();
+    g.sampler_state = r.sampler_state(n_vocab);
+    g.tokens = r.tokens("generation.tokens", n_vocab);
+    g.text = r.str("generation.text");
+    g.stream_text = r.str("generation.stream_text");
+    g.stream_released = r.get<std::uint64_t>("generation.stream_released");
+    if (g.stream_released > g.stream_text.size()) {
+      fail(Errc::corrupt, fmt::format("{}: stream_released {} > stream text {}", what, g.stream_released,
+                                      g.stream_text.size()));
+    }
+    c.gen = std::move(g);
+  }
+  const auto kv = r.get<std::uint64_t>("kv size");
+  if (kv > kMaxKvBytes || kv != r.left()) {
+    fail(Errc::corrupt, fmt::format("{}: kv size {} does not match the {} bytes left", what, kv, r.left()));
+  }
+  if ((kv == 0) != c.history.empty()) {
+    fail(Errc::corrupt, fmt::format("{}: {} decoded tokens but {} bytes of KV data", what, c.history.size(), kv));
+  }
+  c.kv.resize(static_cast<std::size_t>(kv));
+  r.raw(c.kv.data(), c.kv.size(), "kv data");
+  return c;
+}
+
+std::vector<std::uint8_t> encode_snapshot(const std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> &convs,
+                                          std::uint64_t fingerprint) {
+  Writer w;
+  w.raw(kSnapMagic, 8);
+  w.put(kStateVersion);
+  w.put(fingerprint);
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(convs.size()));
+  for (const auto &[id, bytes] : convs) {
+    w.put(id);
+    w.put<std::uint64_t>(bytes.size());
+    w.raw(bytes.data(), bytes.size());
+  }
+  w.put(crc32(w.out));
+  return std::move(w.out);
+}
+
+std::vector<std::pair<std::uint64_t, std::span<const std::uint8_t>>> decode_snapshot(
+    std::span<const std::uint8_t> bytes, std::uint64_t fingerprint) {
+  const char *what = "executor snapshot";
+  check_frame(bytes, kSnapMagic, what);
+  const auto body = bytes.first(bytes.size() - 4);
+  Reader r(body, what);
+  r.get<std::uint64_t>("magic");
+  r.get<std::uint32_t>("version");
+  check_model(r, fingerprint, what);
+  const auto n = r.count(1u << 20, "conversation count");
+  std::vector<std::pair<std::uint64_t, std::span<const std::uint8_t>>> out;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const auto id = r.get<std::uint64_t>("conversation id");
+    const auto len = r.get<std::uint64_t>("conversation length");
+    if (len > r.left()) fail(Errc::corrupt, fmt::format("{}: conversation {} claims {} bytes, {} left", what, id, len,
+                                                        r.left()));
+    out.emplace_back(id, body.subspan(r.pos(), static_cast<std::size_t>(len)));
+    r.skip(static_cast<std::size_t>(len));
+  }
+  if (r.left() != 0) fail(Errc::corrupt, fmt::format("{}: {} stray bytes at the end", what, r.left()));
+  return out;
+}
+
+}  // namespace weft::detail

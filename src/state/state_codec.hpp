@@ -1,0 +1,66 @@
+// The conversation state format (docs/STATE_FORMAT.md): encode and decode,
+// with every length bounded before it is trusted and a CRC-32 over it all.
+// Pure: no llama.cpp calls, so it can be fuzzed on its own.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/sampling.hpp"
+#include "weft/generation.hpp"
+#include "weft/sampling.hpp"
+#include "weft/types.hpp"
+
+namespace weft::detail {
+
+inline constexpr std::uint32_t kStateVersion = 1;
+// Bounds checked before anything is allocated from a length field.
+inline constexpr std::uint32_t kMaxTokens = 1u << 24;
+inline constexpr std::uint32_t kMaxString = 1u << 20;
+inline constexpr std::uint32_t kMaxStops = 64;
+inline constexpr std::uint64_t kMaxKvBytes = 1ull << 36;
+
+struct GenRecord {
+  std::uint32_t max_tokens = 0;
+  std::vector<std::string> stop;
+  std::optional<SamplerParams> sampler;          // its own sampler, if any
+  std::optional<Sampler::State> sampler_state;   // ...and where it stands
+  std::vector<Token> tokens;                      // sampled so far
+  std::string text;                               // released so far
+  std::string stream_text;                        // the stream, held-back part included
+  std::uint64_t stream_released = 0;
+};
+
+struct ConvRecord {
+  std::vector<Token> history;  // decoded (the KV data covers exactly these)
+  std::vector<Token> queue;    // queued input
+  std::vector<float> logits;   // empty when none
+  SamplerParams sampler_params;
+  std::optional<Sampler::State> sampler_state;  // absent: never used yet
+  std::int32_t priority = 0;
+  bool gen_token_queued = false;
+  std::optional<GenRecord> gen;
+  std::vector<std::uint8_t> kv;  // llama_state_seq_get_data_ext of the sequence
+};
+
+std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab);
+
+// Throws Errc::corrupt (bad magic, checksum — checked before the version, so
+// damaged version bytes are corrupt — truncation, a length past its bound, an
+// id outside the vocabulary), Errc::incompatible (another format version in
+// an intact file, another model), Errc::out_of_range (history + queue > n_ctx).
+ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_t fingerprint,
+                               std::int32_t n_vocab, std::uint32_t n_ctx);
+
+// Executor snapshots: a list of (id, conversation state) pairs.
+std::vector<std::uint8_t> encode_snapshot(const std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> &convs,
+                                          std::uint64_t fingerprint);
+std::vector<std::pair<std::uint64_t, std::span<const std::uint8_t>>> decode_snapshot(
+    std::span<const std::uint8_t> bytes, std::uint64_t fingerprint);
+
+std::uint32_t crc32(std::span<const std::uint8_t> bytes);
+
+}  // namespace weft::detail
