@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -142,18 +143,26 @@ class WEFT_API Conversation {
 
   // The conversation's state as bytes (docs/STATE_FORMAT.md): history,
   // queued input, logits, sampler state, a running generation, KV data. Load
-  // it with Executor::load into any executor of the same model. Waits for a
-  // running step. save(path) writes atomically (temp file, fsync, rename):
-  // a crash mid-save leaves the previous file intact.
+  // it with Executor::load into any executor of the same model. The one call
+  // that waits for a running step (the KV data is read at a step boundary);
+  // save_async() does not. save(path) writes atomically (temp file, fsync,
+  // rename): a crash mid-save leaves the previous file intact.
   std::vector<std::uint8_t> save() const;
   void save(const std::string &path) const;
+  // save() without waiting: the bytes arrive in the future at the end of the
+  // running step (or at once when none runs; a worker is woken to step).
+  // Without a worker, the next step() fulfils it. Errors (Errc::disposed when
+  // the conversation or executor goes first) arrive through the future.
+  std::future<std::vector<std::uint8_t>> save_async() const;
 
   // Where its KV data is now.
   Residency residency() const;
   // Hints for a game that knows who speaks next: park() moves this one out
-  // of the cache now (if resident and something decoded; returns false when
-  // no tier can take it); prefetch() asks the next step to make it resident
-  // even before it has input. Both wait for a running step.
+  // of the cache (if resident and something decoded; returns false when no
+  // tier can take it) — at once when no step runs, else at the end of the
+  // running one (then it returns whether a tier is configured); prefetch()
+  // asks the next step to make it resident even before it has input.
+  // Neither waits for a running step.
   bool park();
   void prefetch();
 

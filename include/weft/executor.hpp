@@ -221,6 +221,7 @@ struct ExecutorStats {
 
 namespace detail {
 struct ExecutorCore;
+struct TestAccess;
 }
 
 class WEFT_API Executor {
@@ -291,10 +292,8 @@ class WEFT_API Executor {
   const Model &model() const;
   const ExecutorParams &params() const;
 
-  // For weft's own internals; not part of the stable API. Null once moved from.
-  const std::shared_ptr<detail::ExecutorCore> &impl() const noexcept { return core_; }
-
  private:
+  friend struct detail::TestAccess;  // weft's own tests (src/exec/test_access.hpp)
   std::shared_ptr<detail::ExecutorCore> core_;
 };
 

@@ -79,25 +79,40 @@ bool abort_callback(void *data) {
   const std::int64_t deadline = core->abort_deadline_ns.load(std::memory_order_relaxed);
   bool stop = deadline != 0 && std::chrono::duration_cast<std::chrono::nanoseconds>(
                                     Clock::now().time_since_epoch()).count() >= deadline;
-  if (!stop && core->abort_hook) stop = core->abort_hook();
+  if (!stop && core->decoder) stop = core->decoder->abort_now();
   if (stop) core->aborted.store(true, std::memory_order_relaxed);
   return stop;
 }
 
+}  // namespace
+
 double percentile(std::vector<float> v, double q) {
   if (v.empty()) return 0;
-  const auto k = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  // Nearest rank: the smallest value with at least q of them at or below it.
+  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+  const std::size_t k = std::min(v.size() - 1, rank == 0 ? 0 : rank - 1);
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
   return v[k];
 }
 
-}  // namespace
+void StepStats::record(double step_s, double decode_s) {
+  const auto slot = pos++ % kWindow;
+  if (step_ms.size() < kWindow) {
+    step_ms.push_back(static_cast<float>(step_s * 1e3));
+    decode_ms.push_back(static_cast<float>(decode_s * 1e3));
+  } else {
+    step_ms[slot] = static_cast<float>(step_s * 1e3);
+    decode_ms[slot] = static_cast<float>(decode_s * 1e3);
+  }
+}
+
+int LlamaDecoder::decode(llama_context *ctx, llama_batch &batch) { return llama_decode(ctx, batch); }
 
 ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
     : model(std::move(m)),
       params(p),
-      ledger(0),
-      store({.ram_bytes = p.spill.ram_bytes, .disk_dir = p.spill.disk_dir, .disk_bytes = p.spill.disk_bytes}) {
+      decoder(std::make_unique<LlamaDecoder>()),
+      events(p.events, p.events_capacity) {
   ensure_backend();
   validate(model, params);
   if (params.n_ubatch == 0) params.n_ubatch = params.n_batch;
@@ -125,12 +140,13 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   llama_set_abort_callback(ctx, &abort_callback, this);
   n_ctx = llama_n_ctx(ctx);
   n_vocab = model.n_vocab();
-  can_shift = llama_memory_can_shift(llama_get_memory(ctx));
-  ledger = KvLedger(n_ctx);
-  for (int s = static_cast<int>(params.n_seq_max); s-- > 0;) free_seqs.push_back(s);
+  kv = std::make_unique<KvManager>(
+      ctx, params.n_seq_max,
+      SpillConfig{.ram_bytes = p.spill.ram_bytes, .disk_dir = p.spill.disk_dir, .disk_bytes = p.spill.disk_bytes},
+      p.spill.recompute);
   batch = new llama_batch(llama_batch_init(static_cast<int32_t>(params.n_batch), 0, 1));
-  step_ms.reserve(kStatWindow);
-  decode_ms.reserve(kStatWindow);
+  stats.step_ms.reserve(StepStats::kWindow);
+  stats.decode_ms.reserve(StepStats::kWindow);
   candidates.reserve(params.n_seq_max * 4);
   plan.reserve(params.n_seq_max * 4);
   plan_convs.reserve(params.n_seq_max * 4);
@@ -139,6 +155,7 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
 ExecutorCore::~ExecutorCore() { free_context(); }
 
 void ExecutorCore::free_context() {
+  kv.reset();
   if (batch != nullptr) {
     llama_batch_free(*batch);
     delete batch;
@@ -146,62 +163,6 @@ void ExecutorCore::free_context() {
   }
   if (ctx != nullptr) llama_free(ctx);
   ctx = nullptr;
-}
-
-std::unique_lock<std::mutex> ExecutorCore::kv_lock() {
-  if (stepping.load() == std::this_thread::get_id()) return {};
-  return std::unique_lock<std::mutex>(step_mu);
-}
-
-Conv &ExecutorCore::get(std::uint64_t id) {
-  if (closed) fail(Errc::disposed, fmt::format("conversation {}: its executor was destroyed", id));
-  auto it = convs.find(id);
-  if (it == convs.end()) fail(Errc::disposed, fmt::format("conversation {} was disposed", id));
-  return *it->second;
-}
-
-Sampler &ExecutorCore::sampler_of(Conv &c) {
-  if (!c.sampler) c.sampler.emplace(model, c.sampler_params, static_cast<std::int32_t>(n_ctx));
-  return *c.sampler;
-}
-
-void ExecutorCore::release_kv_from(Conv &c, std::uint32_t pos) {
-  if (pos >= c.history.size()) return;
-  if (c.seq < 0) {
-    // Parked: the blob keeps its positions; restore trims to the history.
-    c.history.resize(pos);
-    c.has_logits = false;
-    if (pos == 0) {
-      c.parked.reset();
-      c.where = Residency::resident;
-    }
-    return;
-  }
-  llama_memory_seq_rm(llama_get_memory(ctx), c.seq, static_cast<llama_pos>(pos), -1);
-  ledger.release(std::span(c.cells).subspan(pos));
-  c.cells.resize(pos);
-  c.history.resize(pos);
-  c.has_logits = false;
-}
-
-// Logits belong to history.back(); when they are gone, re-decode that one
-// token (it moves back to the queue) so sampling works after the next step.
-void ExecutorCore::ensure_logits_locked(Conv &c) {
-  if (c.has_logits || c.history.empty() || c.n_queued() > 0) return;
-  const Token last = c.history.back();
-  release_kv_from(c, c.n_decoded() - 1);
-  c.queue.insert(c.queue.begin() + static_cast<std::ptrdiff_t>(c.queue_head), last);
-}
-
-void ExecutorCore::dispose_locked(Conv &c) {
-  finish_generation_locked(c, FinishReason::cancelled);
-  c.parked.reset();
-  if (c.seq >= 0) {
-    release_kv_from(c, 0);
-    llama_memory_seq_rm(llama_get_memory(ctx), c.seq, -1, -1);
-    free_seqs.push_back(c.seq);
-  }
-  convs.erase(c.id);
 }
 
 ExecutorCore &live_core(const std::shared_ptr<ExecutorCore> &core) {
@@ -217,13 +178,19 @@ Executor::Executor(Model model, const ExecutorParams &params)
 Executor::~Executor() {
   if (!core_) return;
   stop();
-  auto lock = core_->kv_lock();
+  // The one place besides save() that waits for a running step: the context
+  // goes away. (From a callback on the stepping thread, that step is ours.)
+  std::unique_lock<std::mutex> step;
+  if (core_->stepping.load() != std::this_thread::get_id()) step = std::unique_lock(core_->step_mu);
   std::lock_guard guard(core_->mu);
   // Handles may outlive us: end generations, free the context now, and make
   // every later operation on them throw Errc::disposed.
-  for (auto &[id, c] : core_->convs) core_->finish_generation_locked(*c, FinishReason::cancelled);
-  core_->convs.clear();
+  for (auto &[id, c] : core_->convs.all) core_->finish_generation_locked(*c, FinishReason::cancelled);
+  core_->convs.all.clear();
+  core_->convs.dirty.clear();
+  core_->convs.live = 0;
   core_->closed = true;
+  core_->run_boundary_tasks_locked();  // a pending save learns it is disposed
   core_->free_context();
 }
 
@@ -241,77 +208,81 @@ StepResult Executor::step(const StepBudget &budget) { return detail::live_core(c
 std::uint32_t Executor::cells_free() const {
   auto &core = detail::live_core(core_);
   std::lock_guard lock(core.mu);
-  return core.ledger.free();
+  return core.kv->cells_free();
 }
 
 const Model &Executor::model() const { return detail::live_core(core_).model; }
 const ExecutorParams &Executor::params() const { return detail::live_core(core_).params; }
 
+void Executor::start(const WorkerParams &params) {
+  auto &c = detail::live_core(core_);
+  if (params.idle_wait.count() <= 0) {
+    detail::fail(Errc::invalid_argument,
+                 fmt::format("WorkerParams.idle_wait = {} ms must be > 0", params.idle_wait.count()));
+  }
+  WorkerParams wp = params;
+  wp.budget = detail::check_budget(params.budget, c.params.n_batch);
+  if (params.budget.deadline) {
+    detail::fail(Errc::invalid_argument, "WorkerParams.budget.deadline: an absolute deadline cannot repeat; use max_time");
+  }
+  std::lock_guard lock(c.mu);
+  if (c.closed) detail::fail(Errc::disposed, "the executor was destroyed");
+  c.worker_params = wp;
+  c.worker.start([&c, budget = wp.budget] { return c.step(budget); }, wp.idle_wait);
+}
+
+void Executor::stop() {
+  if (core_) core_->worker.stop();
+}
+
+bool Executor::running() const { return detail::live_core(core_).worker.running(); }
+
+std::vector<Event> Executor::poll_events(std::size_t max) { return detail::live_core(core_).events.poll(max); }
+
 ExecutorStats Executor::stats() const {
   auto &c = detail::live_core(core_);
   std::lock_guard lock(c.mu);
+  if (c.closed) detail::fail(Errc::disposed, "the executor was destroyed");
+  const auto &kv = *c.kv;
   ExecutorStats s;
   s.n_ctx = c.n_ctx;
-  s.cells_used = c.ledger.used();
-  s.cells_free = c.ledger.free();
+  s.cells_used = kv.cells_used();
+  s.cells_free = kv.cells_free();
   s.n_seq_max = c.params.n_seq_max;
-  s.slots_used = c.params.n_seq_max - static_cast<std::uint32_t>(c.free_seqs.size());
-  s.conversations = static_cast<std::uint32_t>(c.convs.size());
+  s.slots_used = c.params.n_seq_max - kv.slots_free();
+  s.conversations = c.convs.live;
 
-  s.steps = c.steps;
-  s.tokens_decoded = c.tokens_decoded;
-  s.tokens_sampled = c.tokens_sampled;
-  s.decode_failures = c.decode_failures;
-  s.deadline_stops = c.deadline_stops;
-  {
-    std::lock_guard events(c.events_mu);
-    s.events_dropped = c.events_dropped;
-  }
-  s.worker_running = c.worker.joinable();
+  s.steps = c.stats.steps;
+  s.tokens_decoded = c.stats.tokens_decoded;
+  s.tokens_sampled = c.stats.tokens_sampled;
+  s.decode_failures = c.stats.decode_failures;
+  s.deadline_stops = c.stats.deadline_stops;
+  s.events_dropped = c.events.dropped();
+  s.worker_running = c.worker.running();
   s.predicted_ms_per_token = c.cost.predict(1, 0) * 1e3;
   s.cost_model_samples = c.cost.samples();
-  for (auto &[id, conv] : c.convs) {
+  for (auto &[id, conv] : c.convs.all) {
+    if (conv->disposed) continue;
     s.generating += conv->gen ? 1u : 0u;
     s.queued_tokens += conv->n_queued();
-    switch (conv->where) {
+    switch (conv->kv.where) {
       case Residency::resident: ++s.resident; break;
       case Residency::ram: ++s.parked_ram; break;
       case Residency::disk: ++s.parked_disk; break;
       case Residency::recompute: ++s.parked_recompute; break;
     }
   }
-  s.ram_bytes = c.store.counters().ram_bytes;
-  s.disk_bytes = c.store.counters().disk_bytes;
-  s.parks = c.parks;
-  s.restores = c.restores;
-  s.recomputes = c.recomputes;
-  s.park_ms = c.park_s * 1e3;
-  s.restore_ms = c.restore_s * 1e3;
-  s.step_ms_p50 = detail::percentile(c.step_ms, 0.5);
-  s.step_ms_p99 = detail::percentile(c.step_ms, 0.99);
-  s.decode_ms_p50 = detail::percentile(c.decode_ms, 0.5);
+  s.ram_bytes = kv.store().counters().ram_bytes;
+  s.disk_bytes = kv.store().counters().disk_bytes;
+  s.parks = kv.counters().parks;
+  s.restores = kv.counters().restores;
+  s.recomputes = kv.counters().recomputes;
+  s.park_ms = kv.counters().park_s * 1e3;
+  s.restore_ms = kv.counters().restore_s * 1e3;
+  s.step_ms_p50 = detail::percentile(c.stats.step_ms, 0.5);
+  s.step_ms_p99 = detail::percentile(c.stats.step_ms, 0.99);
+  s.decode_ms_p50 = detail::percentile(c.stats.decode_ms, 0.5);
   return s;
-}
-
-void detail::set_decode_hook(Executor &executor, DecodeHook hook) {
-  auto &core = live_core(executor.impl());
-  auto lock = core.kv_lock();
-  std::lock_guard guard(core.mu);
-  core.decode_hook = std::move(hook);
-}
-
-void detail::set_sample_hook(Executor &executor, SampleHook hook) {
-  auto &core = live_core(executor.impl());
-  auto lock = core.kv_lock();
-  std::lock_guard guard(core.mu);
-  core.sample_hook = std::move(hook);
-}
-
-void detail::set_abort_hook(Executor &executor, AbortHook hook) {
-  auto &core = live_core(executor.impl());
-  auto lock = core.kv_lock();
-  std::lock_guard guard(core.mu);
-  core.abort_hook = std::move(hook);
 }
 
 }  // namespace weft

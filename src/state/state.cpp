@@ -1,6 +1,4 @@
 // Saving and loading conversations and whole executors; park/prefetch hints.
-#include <llama.h>
-
 #include <fmt/format.h>
 
 #include "exec/executor_core.hpp"
@@ -18,7 +16,8 @@ constexpr std::uint64_t kMaxStateFile = kMaxKvBytes + (64ull << 20);
 ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
   ConvRecord r;
   r.history = c.history;
-  r.queue.assign(c.queue.begin() + static_cast<std::ptrdiff_t>(c.queue_head), c.queue.end());
+  const auto queued = c.queue.view();
+  r.queue.assign(queued.begin(), queued.end());
   if (c.has_logits) r.logits = c.logits;
   r.sampler_params = c.sampler_params;
   if (c.sampler) r.sampler_state = c.sampler->state();
@@ -44,40 +43,30 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
   return r;
 }
 
-std::vector<std::uint8_t> kv_of(ExecutorCore &x, const Conv &c) {
-  if (c.history.empty()) return {};
-  if (c.seq < 0) return c.parked->bytes();  // parked: its blob (maybe more positions; load trims)
-  const std::size_t size = llama_state_seq_get_size_ext(x.ctx, c.seq, 0);
-  std::vector<std::uint8_t> out(size);
-  if (size == 0 || llama_state_seq_get_data_ext(x.ctx, out.data(), size, c.seq, 0) != size) {
-    fail(Errc::backend, fmt::format("llama.cpp could not copy out the KV data of conversation {}", c.id));
-  }
-  return out;
-}
-
 std::vector<std::uint8_t> save_locked(ExecutorCore &x, const Conv &c) {
   auto r = record_of(x, c);
-  if (c.where == Residency::recompute) {
+  if (c.kv.where == Residency::recompute) {
     // Tokens only: the history travels as input, to be decoded on arrival.
     r.queue.insert(r.queue.begin(), r.history.begin(), r.history.end());
     r.history.clear();
     r.gen_token_queued = false;
   } else {
-    r.kv = kv_of(x, c);
+    r.kv = x.kv->export_kv(c.kv);
   }
   return encode_conversation(r, x.model.fingerprint(), x.n_vocab);
 }
 
-// Builds a conversation from a decoded record (under mu, at a step boundary).
+// Builds a conversation from a decoded record (under mu). Its KV data goes
+// into the cache now when no step runs (a refusal throws, the executor
+// unchanged), else at the next step boundary.
 Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, std::optional<Sampler> &&gen_sampler) {
-  auto c = std::make_unique<Conv>();
-  c->id = x.next_id++;
+  auto [c, handle] = x.create_locked();
   c->history = std::move(r.history);
-  c->queue = std::move(r.queue);
+  c->queue.assign(r.queue);
   c->has_logits = !r.logits.empty();
   c->logits = std::move(r.logits);
   c->sampler_params = r.sampler_params;
-  if (r.sampler_state) c->sampler.emplace(std::move(sampler));
+  if (r.sampler_state) c->sampler = std::make_shared<Sampler>(std::move(sampler));
   c->priority = r.priority;
   c->gen_token_queued = r.gen_token_queued;
   if (r.gen) {
@@ -85,7 +74,7 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     g->params.max_tokens = r.gen->max_tokens;
     g->params.stop = r.gen->stop;
     g->params.sampler = r.gen->sampler;
-    if (gen_sampler) g->own_sampler.emplace(std::move(*gen_sampler));
+    if (gen_sampler) g->own_sampler = std::make_shared<Sampler>(std::move(*gen_sampler));
     g->stream.emplace(r.gen->stop);
     g->stream->restore(std::move(r.gen->stream_text), static_cast<std::size_t>(r.gen->stream_released));
     g->result.tokens = std::move(r.gen->tokens);
@@ -94,45 +83,36 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     g->conv_id = c->id;
     c->gen = std::move(g);
   }
-  const auto n = c->n_decoded();
-  if (n > 0) {
-    // Resident at once when there is room; else parked in RAM (or further).
-    auto *mem = llama_get_memory(x.ctx);
-    bool resident = false;
-    if (!x.free_seqs.empty() && x.ledger.free() >= n) {
-      const int seq = x.free_seqs.back();
-      resident = llama_state_seq_set_data_ext(x.ctx, r.kv.data(), r.kv.size(), seq, 0) != 0 &&
-                 llama_memory_seq_pos_min(mem, seq) == 0 && llama_memory_seq_pos_max(mem, seq) >= static_cast<llama_pos>(n) - 1;
-      if (!resident) {
-        llama_memory_seq_rm(mem, seq, -1, -1);
-        fail(Errc::corrupt, fmt::format("llama.cpp refused the KV data of the conversation state ({} bytes for {} "
-                                        "tokens): another context type or a damaged file",
-                                        r.kv.size(), n));
+  if (c->n_decoded() > 0) {
+    std::unique_lock<std::mutex> step;
+    const bool on_stepper = x.stepping.load() == std::this_thread::get_id();
+    if (!on_stepper) step = std::unique_lock(x.step_mu, std::try_to_lock);
+    if (on_stepper || step.owns_lock()) {
+      try {
+        x.kv->import_kv(c->kv, std::move(r.kv), c->n_decoded(), c->id);
+      } catch (...) {
+        x.dispose_locked(*c);
+        x.reconcile_locked();
+        throw;
       }
-      x.free_seqs.pop_back();
-      llama_memory_seq_rm(mem, seq, static_cast<llama_pos>(n), -1);  // a parked blob may hold more
-      c->seq = seq;
-      x.ledger.alloc(n, c->cells);
-      c->resident_since = x.steps;
     } else {
-      const auto kv_size = r.kv.size();
-      c->parked = x.store.put(std::move(r.kv), c->id);
-      c->parked_n = n;
-      if (c->parked) {
-        c->where = c->parked->tier() == Tier::ram ? Residency::ram : Residency::disk;
-      } else {
-        (void)kv_size;
-        x.to_recompute_locked(*c);
-      }
+      c->intent.import = std::move(r.kv);
+      x.convs.mark_dirty(*c);
     }
   }
-  auto handle = std::make_shared<ConvHandle>();
-  handle->core = x.shared_from_this();
-  handle->id = c->id;
-  c->handle = handle;
-  x.convs.emplace(c->id, std::move(c));
-  x.notify_work_locked();
-  return Conversation(handle);
+  return Conversation(std::move(handle));
+}
+
+// Runs fn() at a step boundary: at once on the stepping thread, else after
+// the running step (if any) ends. The KV cache is reconciled first.
+template <class Fn>
+auto at_boundary(ExecutorCore &x, Fn &&fn) {
+  std::unique_lock<std::mutex> step;
+  if (x.stepping.load() != std::this_thread::get_id()) step = std::unique_lock(x.step_mu);
+  std::lock_guard lock(x.mu);
+  if (x.closed) fail(Errc::disposed, "the executor was destroyed");
+  x.reconcile_locked();
+  return fn();
 }
 
 struct Decoded {
@@ -164,47 +144,78 @@ using detail::ExecutorCore;
 std::vector<std::uint8_t> Conversation::save() const {
   if (!handle_) detail::fail(Errc::disposed, "empty Conversation handle");
   auto &x = *handle_->core;
-  auto kv = x.kv_lock();
-  std::lock_guard lock(x.mu);
-  return detail::save_locked(x, x.get(handle_->id));
+  return detail::at_boundary(x, [&] { return detail::save_locked(x, x.get(handle_->id)); });
 }
 
 void Conversation::save(const std::string &path) const { detail::write_file_atomic(path, save()); }
 
+std::future<std::vector<std::uint8_t>> Conversation::save_async() const {
+  if (!handle_) detail::fail(Errc::disposed, "empty Conversation handle");
+  auto &x = *handle_->core;
+  auto promise = std::make_shared<std::promise<std::vector<std::uint8_t>>>();
+  auto future = promise->get_future();
+  {
+    std::lock_guard lock(x.mu);
+    x.get(handle_->id);  // disposed: throws now
+    x.boundary_tasks.push_back([&x, id = handle_->id, promise] {
+      try {
+        promise->set_value(detail::save_locked(x, x.get(id)));
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    });
+    x.settle_locked();  // no step running: done now
+  }
+  x.notify_work();
+  return future;
+}
+
 Residency Conversation::residency() const {
   if (!handle_) detail::fail(Errc::disposed, "empty Conversation handle");
   std::lock_guard lock(handle_->core->mu);
-  return handle_->core->get(handle_->id).where;
+  return handle_->core->get(handle_->id).kv.where;
 }
 
 bool Conversation::park() {
   if (!handle_) detail::fail(Errc::disposed, "empty Conversation handle");
   auto &x = *handle_->core;
-  auto kv = x.kv_lock();
-  std::lock_guard lock(x.mu);
-  auto &c = x.get(handle_->id);
-  if (c.seq < 0) return c.where != Residency::resident || c.history.empty();
-  return x.park_locked(c);
+  bool parked = false;
+  {
+    std::lock_guard lock(x.mu);
+    auto &c = x.get(handle_->id);
+    if (!c.kv.has_slot()) return !c.resident() || c.history.empty();
+    c.intent.park = true;
+    x.convs.mark_dirty(c);
+    // With a step running it is parked at that step's end: whether a tier
+    // can take it is what can be said now.
+    parked = x.settle_locked() ? !c.resident() : x.kv->spill_on();
+  }
+  x.notify_work();
+  return parked;
 }
 
 void Conversation::prefetch() {
   if (!handle_) detail::fail(Errc::disposed, "empty Conversation handle");
   auto &x = *handle_->core;
-  std::lock_guard lock(x.mu);
-  auto &c = x.get(handle_->id);
-  if (c.where != Residency::resident) {
+  {
+    std::lock_guard lock(x.mu);
+    auto &c = x.get(handle_->id);
+    if (c.resident()) return;
     c.prefetch = true;
-    x.notify_work_locked();
   }
+  x.notify_work();
 }
 
 Conversation Executor::load(std::span<const std::uint8_t> state) {
   auto &x = detail::live_core(core_);
   auto d = detail::decode_for(x, state);  // validates before anything changes
-  auto kv = x.kv_lock();
-  std::lock_guard lock(x.mu);
-  if (x.closed) detail::fail(Errc::disposed, "the executor was destroyed");
-  return detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler));
+  Conversation conv;
+  {
+    std::lock_guard lock(x.mu);
+    conv = detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler));
+  }
+  x.notify_work();
+  return conv;
 }
 
 Conversation Executor::load(const std::string &path) {
@@ -214,12 +225,14 @@ Conversation Executor::load(const std::string &path) {
 
 std::vector<std::uint8_t> Executor::save_all() {
   auto &x = detail::live_core(core_);
-  auto kv = x.kv_lock();
-  std::lock_guard lock(x.mu);
-  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> all;
-  for (auto &[id, c] : x.convs) all.emplace_back(id, detail::save_locked(x, *c));
-  std::sort(all.begin(), all.end(), [](auto &a, auto &b) { return a.first < b.first; });
-  return detail::encode_snapshot(all, x.model.fingerprint());
+  return detail::at_boundary(x, [&] {
+    std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> all;
+    for (auto &[id, c] : x.convs.all) {
+      if (!c->disposed) all.emplace_back(id, detail::save_locked(x, *c));
+    }
+    std::sort(all.begin(), all.end(), [](auto &a, auto &b) { return a.first < b.first; });
+    return detail::encode_snapshot(all, x.model.fingerprint());
+  });
 }
 
 void Executor::save_all(const std::string &path) { detail::write_file_atomic(path, save_all()); }
@@ -231,21 +244,22 @@ std::map<std::uint64_t, Conversation> Executor::load_all(std::span<const std::ui
   for (const auto &[id, bytes] : parts) decoded.emplace_back(id, detail::decode_for(x, bytes));
   // Declared before the locks: on failure its handles go after they are released.
   std::map<std::uint64_t, Conversation> out;
-  auto kv = x.kv_lock();
-  std::lock_guard lock(x.mu);
-  if (x.closed) detail::fail(Errc::disposed, "the executor was destroyed");
-  try {
-    for (auto &[id, d] : decoded) {
-      out.emplace(id, detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler)));
+  {
+    std::lock_guard lock(x.mu);
+    try {
+      for (auto &[id, d] : decoded) {
+        out.emplace(id, detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler)));
+      }
+    } catch (...) {
+      // All or nothing.
+      for (auto &[id, conv] : out) {
+        if (detail::Conv *c = x.convs.find(conv.id())) x.dispose_locked(*c);
+      }
+      x.settle_locked();
+      throw;
     }
-  } catch (...) {
-    // All or nothing.
-    for (auto &[id, conv] : out) {
-      auto it = x.convs.find(conv.id());
-      if (it != x.convs.end()) x.dispose_locked(*it->second);
-    }
-    throw;
   }
+  x.notify_work();
   return out;
 }
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <random>
 
-#include "exec/executor_core.hpp"
+#include "exec/test_access.hpp"
 #include "reference.hpp"
 #include "weft/executor.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "exec/executor_core.hpp"
+#include "exec/test_access.hpp"
 #include "reference.hpp"
 #include "weft/executor.hpp"
 
@@ -30,7 +30,7 @@ void expect_logits_of(const weft::Conversation &c, const std::vector<weft::Token
 // A raw llama_decode of one token into a sequence nobody uses: does the
 // cache accept one more cell?
 int probe_one_more(weft::Executor &ex, llama_seq_id seq) {
-  auto *ctx = ex.impl()->ctx;
+  auto *ctx = weft::detail::TestAccess::core(ex).ctx;
   llama_batch b = llama_batch_init(1, 0, 1);
   b.n_tokens = 1;
   b.token[0] = 100;
@@ -138,7 +138,7 @@ TEST(ExecutorOps, ShiftLeftMovesPositionsAndFreesCells) {
   const auto &m = weft_test::tiny();
   std::mt19937 rng(4);
   weft::Executor ex(m, params());
-  ASSERT_TRUE(ex.impl()->can_shift);
+  ASSERT_TRUE(weft::detail::TestAccess::core(ex).kv->can_shift());
   auto a = ex.create();
   const auto h = random_tokens(rng, m, 60, true);
   a.prompt(h);
@@ -150,8 +150,8 @@ TEST(ExecutorOps, ShiftLeftMovesPositionsAndFreesCells) {
   EXPECT_EQ(a.tokens(), expect);
   EXPECT_EQ(ex.stats().cells_used, 40u);
   // The cache itself agrees: positions 0..39, no re-decode needed.
-  auto *mem = llama_get_memory(ex.impl()->ctx);
-  const llama_seq_id seq = ex.impl()->convs.begin()->second->seq;
+  auto *mem = llama_get_memory(weft::detail::TestAccess::core(ex).ctx);
+  const llama_seq_id seq = weft::detail::TestAccess::core(ex).convs.all.begin()->second->kv.seq;
   EXPECT_EQ(llama_memory_seq_pos_min(mem, seq), 0);
   EXPECT_EQ(llama_memory_seq_pos_max(mem, seq), 39);
   EXPECT_TRUE(a.has_logits());

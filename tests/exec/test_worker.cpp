@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "sched/cost_model.hpp"
-#include "exec/executor_core.hpp"
+#include "exec/test_access.hpp"
 #include "reference.hpp"
 #include "weft/executor.hpp"
 
@@ -276,10 +276,10 @@ TEST(Deadline, AbortAtEveryMicroBatchLosesNothing) {
     for (std::size_t i = 0; i < convs.size(); ++i) expect_logits_of(convs[i], hist[i]);
     for (auto &cv : convs) {
       // The cache holds exactly the history: nothing stale from the abort.
-      const auto &core = *ex.impl();
+      const auto &core = weft::detail::TestAccess::core(ex);
       std::lock_guard lock(core.mu);
-      const auto &conv = *core.convs.at(cv.id());
-      EXPECT_EQ(llama_memory_seq_pos_max(llama_get_memory(core.ctx), conv.seq),
+      const auto &conv = *core.convs.all.at(cv.id());
+      EXPECT_EQ(llama_memory_seq_pos_max(llama_get_memory(core.ctx), conv.kv.seq),
                 static_cast<llama_pos>(conv.n_decoded()) - 1);
     }
   }

@@ -10,7 +10,7 @@
 #include <map>
 #include <random>
 
-#include "exec/executor_core.hpp"
+#include "exec/test_access.hpp"
 #include "core/file_io.hpp"
 #include "state/state_codec.hpp"
 #include "reference.hpp"

@@ -1,0 +1,156 @@
+// The run stage: the planned segments through llama_decode, in micro-batches
+// when there is a deadline, with failures narrowed down to the conversation
+// that caused them.
+#include <llama.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "core/internal.hpp"
+#include "exec/executor_core.hpp"
+
+namespace weft::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t to_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// The conversation was changed or disposed since the plan: what is left of
+// its segment is not decoded (reconcile drops what was).
+bool stale(const Segment &s) { return s.conv->disposed || s.conv->epoch != s.epoch; }
+
+}  // namespace
+
+bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std::unique_lock<std::mutex> &lock) {
+  // Without a deadline the whole plan goes to one llama_decode; with one,
+  // a micro-batch per call, so the clock can be checked between them and
+  // every call that succeeds is whole (logits included). Segments are in
+  // rank order, so the first micro-batch (which always completes) serves
+  // the conversations that waited longest.
+  const bool has_deadline = budget.deadline.has_value();
+  const std::uint32_t cap = has_deadline ? params.n_ubatch : params.n_batch;
+  std::size_t cursor = 0;  // next segment to slice from
+  parts.clear();
+  auto &stack = work_ranges;  // [begin, end) ranges of `parts` still to decode
+  stack.clear();
+
+  for (;;) {
+    if (stack.empty()) {
+      const std::size_t begin = parts.size();
+      std::uint32_t room = cap;
+      for (; room > 0 && cursor < segments.size(); ++cursor) {
+        Segment &s = segments[cursor];
+        if (stale(s)) s.failed = true;
+        const std::uint32_t n = s.failed ? 0 : std::min(room, s.n - s.sliced);
+        if (n > 0) parts.push_back({static_cast<std::uint32_t>(cursor), n, false});
+        s.sliced += n;
+        room -= n;
+        if (!s.failed && s.sliced < s.n) break;  // the micro-batch is full
+      }
+      if (parts.size() == begin) return false;  // the plan is done
+      // Between micro-batches; the first always runs (a deadline that had
+      // passed when the step began was handled in step()).
+      if (has_deadline && result.tokens_decoded > 0 && Clock::now() >= *budget.deadline) return true;
+      stack.push_back({begin, parts.size()});
+    }
+    const auto [lo, hi] = stack.back();
+    stack.pop_back();
+
+    llama_batch &b = *batch;
+    b.n_tokens = 0;
+    double depth = 0;  // summed position of every token in the batch
+    std::size_t live = 0;
+    for (std::size_t i = lo; i < hi; ++i) {
+      Segment &s = segments[parts[i].seg];
+      if (!s.failed && stale(s)) s.failed = true;
+      if (s.failed) continue;
+      const Conv &c = *s.conv;
+      const std::uint32_t n = parts[i].n;
+      const std::uint32_t pos = s.start + s.done;
+      parts[i].output = n == c.n_queued();
+      for (std::uint32_t k = 0; k < n; ++k) {
+        const int row = b.n_tokens++;
+        b.token[row] = c.queue[k];
+        b.pos[row] = static_cast<llama_pos>(pos + k);
+        b.n_seq_id[row] = 1;
+        b.seq_id[row][0] = c.kv.seq;
+        b.logits[row] = parts[i].output && k + 1 == n;
+      }
+      depth += n * (pos + (n - 1) / 2.0);
+      ++live;
+    }
+    if (live == 0) continue;
+
+    const double used_before = kv->cells_used();  // the cells attention spans, without flash attention
+    aborted.store(false, std::memory_order_relaxed);
+    // The first micro-batch of a step always completes, so every step makes
+    // progress even when one micro-batch alone overruns the deadline; later
+    // ones are aborted in flight once it passes.
+    const bool arm = has_deadline && result.tokens_decoded > 0;
+    abort_deadline_ns.store(arm ? to_ns(*budget.deadline) : 0, std::memory_order_relaxed);
+    lock.unlock();
+    const auto d0 = Clock::now();
+    const int rc = decoder->decode(ctx, b);
+    const double took = std::chrono::duration<double>(Clock::now() - d0).count();
+    lock.lock();
+    abort_deadline_ns.store(0, std::memory_order_relaxed);
+    result.decode_seconds += took;
+    ++result.decode_calls;
+
+    if (rc == 0) {
+      cost.observe(static_cast<std::uint32_t>(b.n_tokens),
+                   depth_is_cells ? used_before : depth / static_cast<double>(b.n_tokens), took);
+      int row = 0;
+      for (std::size_t i = lo; i < hi; ++i) {
+        if (segments[parts[i].seg].failed) continue;
+        row += static_cast<int>(parts[i].n);
+        commit_part(parts[i], row - 1, result);
+      }
+      continue;
+    }
+
+    // llama.cpp keeps the micro-batches it finished before a failure or an
+    // abort: bring every sequence back to its last committed position, so
+    // the cache and the ledger agree and the tokens can simply be retried.
+    for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[parts[i].seg].conv->kv);
+    if (rc == 2 && aborted.load()) {
+      // Our deadline, not a fault. It took at least this long: if that is
+      // more than predicted, the cost model learns it (else a chunk that
+      // does not fit would be planned, and aborted, every step).
+      const double d = depth_is_cells ? used_before : depth / std::max(1, b.n_tokens);
+      if (took > cost.predict(static_cast<std::uint32_t>(b.n_tokens), d)) {
+        cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, took);
+      }
+      return true;
+    }
+    ++stats.decode_failures;
+    if (live > 1) {
+      // Narrow the failure down: each half on its own.
+      std::size_t first = lo;
+      while (segments[parts[first].seg].failed) ++first;
+      const std::size_t mid = first + (hi - first) / 2;
+      stack.push_back({mid, hi});
+      stack.push_back({lo, mid});
+      continue;
+    }
+    for (std::size_t i = lo; i < hi; ++i) {
+      Segment &s = segments[parts[i].seg];
+      if (!s.failed) fail_segment_locked(s, parts[i].n, rc, result);
+    }
+  }
+}
+
+void ExecutorCore::fail_segment_locked(Segment &s, std::uint32_t n, int rc, StepResult &result) {
+  s.failed = true;
+  Conv &c = *s.conv;
+  post_error_locked(c, Error(Errc::backend, fmt::format("llama_decode returned {} for conversation {} ({} tokens at "
+                                                        "position {})",
+                                                        rc, c.id, n, s.start + s.done)));
+  ++result.failed;
+}
+
+}  // namespace weft::detail

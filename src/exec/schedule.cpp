@@ -1,0 +1,251 @@
+// The schedule stage: who is resident (parking and restoring, one eviction
+// policy), how many tokens the budget buys, the batch plan, and what happens
+// to those the KV cells cannot hold (PressurePolicy, in one place).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/internal.hpp"
+#include "exec/executor_core.hpp"
+
+namespace weft::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Parked ones with input (or a prefetch hint), and new ones that need a slot.
+bool wants_residency(const Conv &c) {
+  return !c.error && (c.n_queued() > 0 || c.prefetch) && (!c.resident() || !c.kv.has_slot());
+}
+
+// Holds cells it could give up: resident, decoded, nothing to do.
+bool is_idle(const Conv &c) { return c.kv.has_slot() && c.kv.n() > 0 && c.n_queued() == 0 && !c.gen && !c.prefetch; }
+
+}  // namespace
+
+bool ExecutorCore::park_locked(Conv &c) {
+  if (!c.kv.has_slot() || c.kv.n() == 0) return false;
+  return kv->park(c.kv, c.id);
+}
+
+bool ExecutorCore::restore_locked(Conv &c) {
+  bool from_tokens = c.kv.where == Residency::recompute;
+  auto r = kv->restore(c.kv, c.n_decoded(), c.id);
+  if (r == KvManager::Restore::recompute) {
+    from_tokens = true;  // llama.cpp refused the data: decoded again instead
+    r = kv->restore(c.kv, c.n_decoded(), c.id);
+  }
+  if (r != KvManager::Restore::done) return false;
+  if (from_tokens) kv->count_recompute();
+  // Whatever the cache lacks becomes input again; the re-decode brings the
+  // logits back.
+  requeue_locked(c, c.kv.n());
+  c.kv.where = Residency::resident;
+  c.resident_since = stats.steps;
+  c.pinned_step = stats.steps;
+  return true;
+}
+
+std::uint32_t ExecutorCore::idle_cells_locked(const Conv *except) const {
+  std::uint32_t n = 0;
+  for (const auto &[id, cp] : convs.all) {
+    const Conv &c = *cp;
+    if (&c != except && c.kv.has_slot() && c.n_queued() == 0 && !c.gen) n += c.kv.n();
+  }
+  return n;
+}
+
+// The eviction policy. Idle conversations first, lowest priority and least
+// recently served first. A busy one only when `idle_only` is false, longest
+// resident first (time-slicing the slots), never one of higher priority.
+Conv *ExecutorCore::pick_victim_locked(const Conv &for_whom, bool idle_only) {
+  Conv *best = nullptr;
+  auto better = [](const Conv &a, const Conv &b) {
+    if (a.priority != b.priority) return a.priority < b.priority;
+    return a.last_served < b.last_served;
+  };
+  for (auto &[id, cp] : convs.all) {
+    Conv &c = *cp;
+    if (&c == &for_whom || c.disposed || !is_idle(c) || c.pinned_step == stats.steps) continue;
+    if (best == nullptr || better(c, *best)) best = &c;
+  }
+  if (best != nullptr || idle_only) return best;
+  for (auto &[id, cp] : convs.all) {
+    Conv &c = *cp;
+    if (&c == &for_whom || c.disposed || !c.kv.has_slot() || c.kv.n() == 0 || c.pinned_step == stats.steps) continue;
+    if (c.priority > for_whom.priority) continue;
+    if (best == nullptr || c.resident_since < best->resident_since) best = &c;
+  }
+  return best;
+}
+
+bool ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
+  // Who waits to become resident, most urgent first.
+  std::vector<Conv *> &wanting = plan_convs;  // scratch; the plan rebuilds it
+  wanting.clear();
+  for (auto &[id, cp] : convs.all) {
+    Conv &c = *cp;
+    if (!c.disposed && wants_residency(c)) {
+      if (c.waiting_since == 0) c.waiting_since = stats.steps;
+      wanting.push_back(&c);
+    }
+  }
+  std::sort(wanting.begin(), wanting.end(), [](const Conv *a, const Conv *b) {
+    if (a->priority != b->priority) return a->priority > b->priority;
+    return a->waiting_since < b->waiting_since;
+  });
+  bool may_age = false;
+  for (Conv *w : wanting) {
+    const std::uint32_t need = w->kv.where == Residency::recompute ? 0 : w->kv.parked_n;
+    // A busy conversation gives up its slot only to one that has waited a
+    // while, so slots are time-sliced rather than thrashed.
+    const bool may_evict_busy = stats.steps - w->waiting_since >= kAgingSteps;
+    bool ok = true;
+    while (ok && (kv->slots_free() == 0 || kv->cells_free() < need)) {
+      Conv *v = pick_victim_locked(*w, !may_evict_busy);
+      ok = v != nullptr && park_locked(*v);
+    }
+    if (ok && restore_locked(*w)) {
+      w->waiting_since = 0;
+      w->prefetch = false;
+      w->pinned_step = stats.steps;
+    } else if (!may_evict_busy) {
+      may_age = true;
+    }
+  }
+  // Resident conversations with input may need cells that idle ones hold.
+  std::uint64_t wanted = 0;
+  for (auto &[id, cp] : convs.all) {
+    const Conv &c = *cp;
+    if (c.resident() && !c.error && !c.disposed) wanted += c.n_queued();
+  }
+  const std::uint64_t target = std::min<std::uint64_t>(wanted, token_budget);
+  while (kv->cells_free() < target) {
+    Conv *v = nullptr;
+    for (auto &[id, cp] : convs.all) {
+      Conv &c = *cp;
+      if (c.disposed || !is_idle(c) || c.pinned_step == stats.steps) continue;
+      if (v == nullptr || c.last_served < v->last_served) v = &c;
+    }
+    if (v == nullptr || !park_locked(*v)) break;
+  }
+  return may_age;
+}
+
+void ExecutorCore::admit_locked(const Conv &c, std::size_t n_new) const {
+  if (params.pressure != PressurePolicy::fail) return;
+  // Refused up front rather than failed in a step.
+  std::uint64_t queued = 0;
+  for (const auto &[id, other] : convs.all) queued += other->disposed ? 0 : other->n_queued();
+  if (queued + n_new > kv->cells_free()) {
+    fail(Errc::out_of_range, fmt::format("conversation {}: {} new tokens do not fit: {} KV cells free, {} already queued",
+                                         c.id, n_new, kv->cells_free(), queued));
+  }
+}
+
+bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t0, StepResult &result,
+                                   std::unique_lock<std::mutex> &lock) {
+  for (int attempt = 0;; ++attempt) {
+    candidates.clear();
+    plan_convs.clear();
+    std::uint64_t wanted = 0;
+    double depth_sum = 0, depth_weight = 0;
+    std::uint32_t no_slot = 0, held_back = 0, generating = 0;
+    std::optional<std::uint64_t> reclaimable;  // cells parking idle ones would free
+    for (auto &[id, cp] : convs.all) {
+      Conv &c = *cp;
+      if (c.n_queued() == 0 || c.error || c.disposed) continue;
+      if (!c.resident()) {
+        ++no_slot;  // parked: waits for a slot or cells
+        continue;
+      }
+      const std::uint32_t room = n_ctx - std::min(n_ctx, c.n_decoded());
+      if (params.pressure == PressurePolicy::wait && !c.gen_token_queued) {
+        // A prompt that cannot finish in the cells there are waits whole,
+        // rather than taking the last free cells and stalling everyone else.
+        const std::uint32_t need = std::min(c.n_queued(), room);
+        if (need > kv->cells_free()) {
+          if (!reclaimable) reclaimable = kv->spill_on() ? idle_cells_locked(nullptr) : 0;
+          if (need > kv->cells_free() + *reclaimable) {
+            ++held_back;
+            continue;
+          }
+        }
+      }
+      if (!kv->acquire_slot(c.kv)) {
+        ++no_slot;
+        continue;
+      }
+      candidates.push_back({static_cast<std::uint32_t>(plan_convs.size()), c.n_queued(), room, c.priority,
+                            c.turn_since(), c.gen_token_queued});
+      plan_convs.push_back(&c);
+      wanted += std::min(c.n_queued(), room);
+      if (!depth_is_cells) {
+        // Attention costs by each token's own position: weigh what each wants.
+        std::uint32_t w = c.gen_token_queued ? 1u : std::min(c.n_queued(), room);
+        if (params.max_prompt_chunk != 0) w = std::min(w, params.max_prompt_chunk);
+        depth_sum += w * (c.n_decoded() + w / 2.0);
+        depth_weight += w;
+      }
+      generating += c.gen ? 1u : 0u;
+    }
+    std::uint32_t token_budget = budget.max_tokens.value_or(params.n_batch);
+    if (budget.max_time && !candidates.empty()) {
+      // What is left of the budget, less the sampling that follows the decode.
+      const double left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
+                          sample_seconds * generating;
+      const double depth = depth_is_cells ? kv->cells_used() : depth_weight > 0 ? depth_sum / depth_weight : 0;
+      token_budget = cost.tokens_within(left, depth, token_budget);
+    }
+    plan_batch(candidates, {token_budget, kv->cells_free(), params.max_prompt_chunk, stats.steps}, plan);
+    const bool pressure = kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted);
+    result.blocked = no_slot + held_back;
+    if (!pressure) break;
+    // Who got less than it wanted, and who got nothing, because cells ran out.
+    Conv *first_short = nullptr;
+    std::uint32_t n_blocked = 0;
+    for (const auto &cand : candidates) {
+      const auto it = std::find_if(plan.begin(), plan.end(), [&](auto &e) { return e.index == cand.index; });
+      const std::uint32_t got = it == plan.end() ? 0 : it->n_tokens;
+      std::uint32_t want = std::min(cand.queued, cand.room);
+      if (params.max_prompt_chunk != 0 && !cand.generating) want = std::min(want, params.max_prompt_chunk);
+      if (got >= want) continue;
+      if (first_short == nullptr) first_short = plan_convs[cand.index];
+      if (got > 0) continue;
+      ++n_blocked;
+      Conv &c = *plan_convs[cand.index];
+      if (params.pressure == PressurePolicy::fail && attempt == 0) {
+        post_error_locked(c, Error(Errc::out_of_range, fmt::format("conversation {} needs {} KV cells, {} of {} are free",
+                                                                   c.id, want, kv->cells_free(), n_ctx)));
+      }
+    }
+    result.blocked += n_blocked;
+    if (first_short == nullptr || params.pressure != PressurePolicy::callback || attempt > 0) break;
+    // The callback may rewind, shift or dispose; then plan again, once.
+    auto handle = first_short->handle.lock();
+    if (!handle) break;
+    const std::uint32_t need = std::min(first_short->n_queued(), token_budget);
+    PressureInfo info{Conversation(handle), need, kv->cells_free()};
+    lock.unlock();
+    try {
+      params.on_pressure(info);
+    } catch (...) {
+      // Documented: a throwing callback freed nothing.
+    }
+    handle.reset();
+    info.conversation = Conversation();
+    lock.lock();
+    if (closed) return false;
+    sample_phase(result, lock);  // the callback may have changed generations
+    if (closed) return false;
+  }
+  segments.clear();
+  for (const auto &e : plan) {
+    Conv &c = *plan_convs[e.index];
+    segments.push_back({.conv = &c, .n = e.n_tokens, .epoch = c.epoch, .start = c.n_decoded()});
+  }
+  return true;
+}
+
+}  // namespace weft::detail

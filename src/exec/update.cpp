@@ -1,0 +1,194 @@
+// The update stage: commit what a decode produced, sample generations whose
+// logits are ready (outside the lock), finish them, post events and run the
+// on_token callbacks.
+#include <llama.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "core/internal.hpp"
+#include "exec/executor_core.hpp"
+
+namespace weft::detail {
+
+void ExecutorCore::commit_part(const Part &part, int last_row, StepResult &result) {
+  Segment &s = segments[part.seg];
+  Conv &c = *s.conv;
+  const std::uint32_t n = part.n;
+  kv->commit(c.kv, n);  // in the cache either way
+  s.done += n;
+  result.tokens_decoded += n;
+  if (!s.counted) {
+    s.counted = true;
+    ++result.conversations;
+  }
+  if (c.disposed || c.epoch != s.epoch) {
+    // Changed while it decoded: its history no longer continues with these
+    // tokens, and reconcile takes them out of the cache again.
+    convs.mark_dirty(c);
+    return;
+  }
+  const auto input = c.queue.view().first(n);
+  c.history.insert(c.history.end(), input.begin(), input.end());
+  c.queue.pop_front(n);
+  if (part.output) {
+    const float *lg = llama_get_logits_ith(ctx, last_row);
+    c.logits.assign(lg, lg + n_vocab);
+    c.has_logits = true;
+  } else {
+    c.has_logits = false;
+  }
+  c.gen_token_queued = false;
+  c.last_served = stats.steps;
+}
+
+void ExecutorCore::post_error_locked(Conv &c, Error e) {
+  c.error = std::move(e);
+  events.post({.kind = EventKind::error, .conversation = c.id, .error = c.error});
+  finish_generation_locked(c, FinishReason::error, c.error);
+}
+
+std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason, std::optional<Error> error,
+                                                   bool publish) {
+  if (!c.gen) return {};
+  auto gen = std::move(c.gen);
+  c.gen.reset();
+  std::string rest;
+  if (gen->stream && reason != FinishReason::stop_string && reason != FinishReason::error) rest = gen->stream->flush();
+  {
+    std::lock_guard lock(gen->mu);
+    gen->result.text += rest;
+    gen->result.error = error;
+    if (publish) {
+      gen->result.reason = reason;
+    } else {
+      gen->pending_reason = reason;  // done() turns true after the last callback
+    }
+  }
+  if (publish) gen->cv.notify_all();
+  events.post({.kind = EventKind::finished,
+               .conversation = c.id,
+               .generation = Generation(gen),
+               .reason = reason,
+               .error = std::move(error)});
+  return rest;
+}
+
+void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex> &lock) {
+  sample_jobs.clear();
+  for (auto &[id, cp] : convs.all) {
+    Conv &c = *cp;
+    if (c.disposed || !c.gen || !c.has_logits || c.n_queued() > 0 || c.error) continue;
+    if (c.n_decoded() >= n_ctx) {
+      finish_generation_locked(c, FinishReason::context_full);
+      continue;
+    }
+    auto sampler = c.gen->own_sampler ? c.gen->own_sampler : sampler_of(c);
+    c.sampling = true;
+    sample_jobs.push_back({&c, c.gen, std::move(sampler), c.epoch});
+  }
+  if (sample_jobs.empty()) return;
+  // Sampling (~0.5 ms a conversation at a temperature over a 32,000-token
+  // vocabulary) runs with the lock released: game threads go on meanwhile.
+  // Nobody else touches a sampler marked `sampling`, and logits are written
+  // only by this thread.
+  lock.unlock();
+  for (auto &job : sample_jobs) {
+    try {
+      const auto s0 = std::chrono::steady_clock::now();
+      if (sample_hook) sample_hook();
+      job.token = job.sampler->sample(job.conv->logits);
+      job.sampler->accept(job.token);
+      // A time budget keeps room for the sampling after its decode.
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      sample_seconds = sample_seconds == 0 ? took : 0.8 * sample_seconds + 0.2 * took;
+    } catch (const Error &e) {
+      job.error = e;
+    }
+  }
+  lock.lock();
+  for (auto &job : sample_jobs) finish_sample_locked(job, result);
+  sample_jobs.clear();
+}
+
+void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
+  Conv &c = *job.conv;
+  c.sampling = false;
+  // Forks taken while it sampled get their copy of its sampler now.
+  for (std::uint64_t child_id : c.clone_to) {
+    if (Conv *child = convs.find(child_id); child != nullptr && child->sampler_pending) {
+      child->sampler = c.sampler ? std::make_shared<Sampler>(c.sampler->clone()) : nullptr;
+      child->sampler_pending = false;
+    }
+  }
+  c.clone_to.clear();
+  // Cancelled, rewound or disposed meanwhile: the token is not theirs.
+  if (c.disposed || c.gen != job.gen || c.epoch != job.epoch || c.n_queued() > 0 || closed) return;
+  if (job.error) {
+    finish_generation_locked(c, FinishReason::error, *job.error);
+    return;
+  }
+  GenState &g = *c.gen;
+  const Token token = job.token;
+  ++result.tokens_sampled;
+  ++stats.tokens_sampled;
+  std::string text = g.stream->push(model.token_piece(token));
+  // Every sampled token joins the conversation; it is decoded next step.
+  c.queue.push_back(token);
+  c.gen_token_queued = true;
+  std::size_t n_tokens = 0;
+  {
+    std::lock_guard lock(g.mu);
+    g.result.tokens.push_back(token);
+    g.result.text += text;
+    n_tokens = g.result.tokens.size();
+  }
+  FinishReason reason = FinishReason::running;
+  if (model.is_eog(token)) {
+    reason = FinishReason::end_of_generation;
+  } else if (g.stream->stopped()) {
+    reason = FinishReason::stop_string;
+  } else if (n_tokens >= g.params.max_tokens) {
+    reason = FinishReason::max_tokens;
+  }
+  if (reason != FinishReason::running && reason != FinishReason::stop_string) {
+    // Release what the stream held back with this last token.
+    const std::string rest = g.stream->flush();
+    text += rest;
+    std::lock_guard lock(g.mu);
+    g.result.text += rest;
+  }
+  auto gen = c.gen;
+  if (events.enabled()) {
+    events.post(
+        {.kind = EventKind::token, .conversation = c.id, .generation = Generation(gen), .token = token, .text = text});
+  }
+  const bool callback = static_cast<bool>(gen->params.on_token);
+  if (reason != FinishReason::running) finish_generation_locked(c, reason, std::nullopt, !callback);
+  if (callback) callbacks.push_back({std::move(gen), token, std::move(text), reason != FinishReason::running});
+}
+
+void ExecutorCore::deliver_callbacks() {
+  for (auto &ev : callbacks) {
+    try {
+      ev.gen->params.on_token(ev.token, ev.text);
+    } catch (...) {
+      // Documented: a throwing callback cancels its generation.
+      std::lock_guard lock(mu);
+      Conv *c = convs.find(ev.gen->conv_id);
+      if (c != nullptr && c->gen == ev.gen) finish_generation_locked(*c, FinishReason::cancelled);
+    }
+    if (ev.finished) {
+      // The last callback has run: now waiters may see the generation done.
+      {
+        std::lock_guard lock(ev.gen->mu);
+        if (ev.gen->result.reason == FinishReason::running) ev.gen->result.reason = ev.gen->pending_reason;
+      }
+      ev.gen->cv.notify_all();
+    }
+  }
+  callbacks.clear();
+}
+
+}  // namespace weft::detail
