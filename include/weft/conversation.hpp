@@ -18,6 +18,8 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -154,6 +156,13 @@ class WEFT_API Conversation {
   // Without a worker, the next step() fulfils it. Errors (Errc::disposed when
   // the conversation or executor goes first) arrive through the future.
   std::future<std::vector<std::uint8_t>> save_async() const;
+  // The same with a callback instead of a future: `done` gets the bytes, or
+  // an empty vector and the error, exactly once — on the stepping thread at
+  // the end of the running step (with the executor's state lock held: do
+  // not call back into the executor from it), or on this thread before
+  // save_async returns when no step runs. Throws Errc::disposed at once for
+  // a disposed conversation (then `done` is never called).
+  void save_async(std::function<void(std::vector<std::uint8_t> bytes, std::exception_ptr error)> done) const;
 
   // Where its KV data is now.
   Residency residency() const;

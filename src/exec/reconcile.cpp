@@ -11,7 +11,6 @@
 
 #include "core/internal.hpp"
 #include "exec/executor_core.hpp"
-#include "state/state_codec.hpp"
 
 namespace weft::detail {
 namespace {

@@ -149,24 +149,42 @@ std::vector<std::uint8_t> Conversation::save() const {
 
 void Conversation::save(const std::string &path) const { detail::write_file_atomic(path, save()); }
 
-std::future<std::vector<std::uint8_t>> Conversation::save_async() const {
+void Conversation::save_async(std::function<void(std::vector<std::uint8_t>, std::exception_ptr)> done) const {
   if (!handle_) detail::fail(Errc::disposed, "empty Conversation handle");
+  if (!done) detail::fail(Errc::invalid_argument, "save_async: empty callback");
   auto &x = *handle_->core;
-  auto promise = std::make_shared<std::promise<std::vector<std::uint8_t>>>();
-  auto future = promise->get_future();
   {
     std::lock_guard lock(x.mu);
     x.get(handle_->id);  // disposed: throws now
-    x.boundary_tasks.push_back([&x, id = handle_->id, promise] {
+    x.boundary_tasks.push_back([&x, id = handle_->id, done = std::move(done)] {
+      std::vector<std::uint8_t> bytes;
+      std::exception_ptr error;
       try {
-        promise->set_value(detail::save_locked(x, x.get(id)));
+        bytes = detail::save_locked(x, x.get(id));
       } catch (...) {
-        promise->set_exception(std::current_exception());
+        error = std::current_exception();
+      }
+      try {
+        done(std::move(bytes), error);
+      } catch (...) {
+        // Documented as must-not-throw; a boundary task never throws.
       }
     });
     x.settle_locked();  // no step running: done now
   }
   x.notify_work();
+}
+
+std::future<std::vector<std::uint8_t>> Conversation::save_async() const {
+  auto promise = std::make_shared<std::promise<std::vector<std::uint8_t>>>();
+  auto future = promise->get_future();
+  save_async([promise](std::vector<std::uint8_t> bytes, std::exception_ptr error) {
+    if (error) {
+      promise->set_exception(error);
+    } else {
+      promise->set_value(std::move(bytes));
+    }
+  });
   return future;
 }
 

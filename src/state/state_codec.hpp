@@ -43,7 +43,7 @@ struct ConvRecord {
   std::int32_t priority = 0;
   bool gen_token_queued = false;
   std::optional<GenRecord> gen;
-  std::vector<std::uint8_t> kv;  // llama_state_seq_get_data_ext of the sequence
+  std::vector<std::uint8_t> kv;  // the sequence's KV data (KvManager::export_kv)
 };
 
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab);
