@@ -13,6 +13,7 @@ namespace detail {
 
 ConvHandle::~ConvHandle() {
   // The last user handle is gone: nobody can reach the conversation again.
+  if (!core) return;  // already disposed by whoever cleared it
   try {
     std::lock_guard lock(core->mu);
     if (Conv *c = core->convs.find(id); c != nullptr && !core->closed) {

@@ -93,6 +93,7 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
       } catch (...) {
         x.dispose_locked(*c);
         x.reconcile_locked();
+        handle->core.reset();  // its destructor runs under our lock: nothing left for it to do
         throw;
       }
     } else {
