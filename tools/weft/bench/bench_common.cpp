@@ -29,13 +29,15 @@ weft::Model load_model(const std::string &path) {
   return model;
 }
 
+// Nearest rank: the smallest value with at least p% of them at or below it —
+// the definition ExecutorStats' step_ms_p50/p99 use, so both agree.
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const double rank = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(values.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(rank));
-  const auto hi = std::min(lo + 1, values.size() - 1);
-  return values[lo] + (values[hi] - values[lo]) * (rank - static_cast<double>(lo));
+  const auto rank = static_cast<std::size_t>(std::ceil(std::clamp(p, 0.0, 100.0) / 100.0 *
+                                                       static_cast<double>(values.size())));
+  const std::size_t k = std::min(values.size() - 1, rank == 0 ? 0 : rank - 1);
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k), values.end());
+  return values[k];
 }
 
 std::vector<weft::Token> random_tokens(std::mt19937_64 &rng, std::size_t n, std::int32_t n_vocab, std::int32_t lo) {

@@ -20,7 +20,7 @@ std::string model_path(const std::string &option);
 // Loads with a progress bar; a missing file is weft's Errc::not_found.
 weft::Model load_model(const std::string &path);
 
-// Linear interpolation between closest ranks; p in [0, 100]. 0 when empty.
+// p in [0, 100], nearest rank (the same definition as ExecutorStats); 0 when empty.
 double percentile(std::vector<double> values, double p);
 
 // Uniform random token ids in [lo, n_vocab), seeded: the same seed gives the
