@@ -154,7 +154,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   void run_boundary_tasks_locked();
 
   // --- Schedule (schedule.cpp) ---
-  Conv *pick_victim_locked(const Conv &for_whom, bool idle_only);
+  Conv *pick_victim_locked(const Conv *for_whom, bool idle_only);  // the one eviction policy
   bool park_locked(Conv &c);
   bool restore_locked(Conv &c);
   // Before planning. Returns whether someone still waits for a slot that

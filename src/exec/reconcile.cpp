@@ -129,31 +129,21 @@ void ExecutorCore::fork_kv(Conv &child, std::uint64_t source) {
   if (src != nullptr && src->kv.has_slot()) {
     n = common_prefix(child.history, std::span(src->history).first(std::min(src->n_decoded(), src->kv.n())));
     if (n > 0 && !kv->acquire_slot(child.kv)) {
-      if (Conv *v = pick_victim_locked(*src, true)) park_locked(*v);
+      if (Conv *v = pick_victim_locked(src, true)) park_locked(*v);
       kv->acquire_slot(child.kv);
     }
     if (n > 0 && child.kv.has_slot()) {
       kv->share_prefix(src->kv, child.kv, n);
     } else if (n > 0) {
       requeue_locked(child, n);
-      if (auto blob = kv->park_copy(src->kv, child.id)) {
-        child.kv.where = blob->tier() == Tier::ram ? Residency::ram : Residency::disk;
-        child.kv.parked = std::move(blob);
-        child.kv.parked_n = src->kv.n();
-      } else {
-        kv->to_recompute(child.kv, !child.history.empty());
-      }
+      if (!kv->park_copy(src->kv, child.kv, child.id)) kv->to_recompute(child.kv, !child.history.empty());
       return;
     }
   } else if (src != nullptr && src->kv.parked) {
     // A parked source: the child shares its parked data (never stored twice).
     n = common_prefix(child.history, std::span(src->history).first(std::min(src->n_decoded(), src->kv.parked_n)));
     requeue_locked(child, n);
-    if (n > 0) {
-      child.kv.parked = src->kv.parked;
-      child.kv.parked_n = src->kv.parked_n;
-      child.kv.where = src->kv.where;
-    }
+    if (n > 0) kv->share_parked(src->kv, child.kv);
     return;
   }
   if (!child.kv.has_slot()) {

@@ -56,10 +56,11 @@ std::uint32_t ExecutorCore::idle_cells_locked(const Conv *except) const {
   return n;
 }
 
-// The eviction policy. Idle conversations first, lowest priority and least
-// recently served first. A busy one only when `idle_only` is false, longest
-// resident first (time-slicing the slots), never one of higher priority.
-Conv *ExecutorCore::pick_victim_locked(const Conv &for_whom, bool idle_only) {
+// The eviction policy, for every eviction: idle conversations first, lowest
+// priority and least recently served first. A busy one only when
+// `idle_only` is false, longest resident first (time-slicing the slots),
+// never one of higher priority than `for_whom`.
+Conv *ExecutorCore::pick_victim_locked(const Conv *for_whom, bool idle_only) {
   Conv *best = nullptr;
   auto better = [](const Conv &a, const Conv &b) {
     if (a.priority != b.priority) return a.priority < b.priority;
@@ -67,14 +68,14 @@ Conv *ExecutorCore::pick_victim_locked(const Conv &for_whom, bool idle_only) {
   };
   for (auto &[id, cp] : convs.all) {
     Conv &c = *cp;
-    if (&c == &for_whom || c.disposed || !is_idle(c) || c.pinned_step == stats.steps) continue;
+    if (&c == for_whom || c.disposed || !is_idle(c) || c.pinned_step == stats.steps) continue;
     if (best == nullptr || better(c, *best)) best = &c;
   }
   if (best != nullptr || idle_only) return best;
   for (auto &[id, cp] : convs.all) {
     Conv &c = *cp;
-    if (&c == &for_whom || c.disposed || !c.kv.has_slot() || c.kv.n() == 0 || c.pinned_step == stats.steps) continue;
-    if (c.priority > for_whom.priority) continue;
+    if (&c == for_whom || c.disposed || !c.kv.has_slot() || c.kv.n() == 0 || c.pinned_step == stats.steps) continue;
+    if (for_whom != nullptr && c.priority > for_whom->priority) continue;
     if (best == nullptr || c.resident_since < best->resident_since) best = &c;
   }
   return best;
@@ -103,7 +104,7 @@ bool ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
     const bool may_evict_busy = stats.steps - w->waiting_since >= kAgingSteps;
     bool ok = true;
     while (ok && (kv->slots_free() == 0 || kv->cells_free() < need)) {
-      Conv *v = pick_victim_locked(*w, !may_evict_busy);
+      Conv *v = pick_victim_locked(w, !may_evict_busy);
       ok = v != nullptr && park_locked(*v);
     }
     if (ok && restore_locked(*w)) {
@@ -122,12 +123,7 @@ bool ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
   }
   const std::uint64_t target = std::min<std::uint64_t>(wanted, token_budget);
   while (kv->cells_free() < target) {
-    Conv *v = nullptr;
-    for (auto &[id, cp] : convs.all) {
-      Conv &c = *cp;
-      if (c.disposed || !is_idle(c) || c.pinned_step == stats.steps) continue;
-      if (v == nullptr || c.last_served < v->last_served) v = &c;
-    }
+    Conv *v = pick_victim_locked(nullptr, true);
     if (v == nullptr || !park_locked(*v)) break;
   }
   return may_age;

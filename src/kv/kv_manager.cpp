@@ -113,22 +113,40 @@ void KvManager::to_recompute(KvHandle &h, bool has_history) {
   h.where = has_history ? Residency::recompute : Residency::resident;
 }
 
-std::shared_ptr<ParkedKv> KvManager::park_copy(const KvHandle &src, std::uint64_t conv_id) {
-  if (src.seq < 0 || src.cells.empty()) return nullptr;
-  const std::size_t size = llama_state_seq_get_size_ext(ctx_, src.seq, 0);
-  if (size == 0) return nullptr;
-  std::vector<std::uint8_t> bytes = store_.buffer(size);  // recycled: no zero fill, no page faults
-  if (llama_state_seq_get_data_ext(ctx_, bytes.data(), bytes.size(), src.seq, 0) != size) {
+bool KvManager::copy_out(int seq, std::vector<std::uint8_t> &out) const {
+  const std::size_t size = llama_state_seq_get_size_ext(ctx_, seq, 0);
+  out.resize(size);
+  return size > 0 && llama_state_seq_get_data_ext(ctx_, out.data(), size, seq, 0) == size;
+}
+
+std::shared_ptr<ParkedKv> KvManager::blob_of(const KvHandle &h, std::uint64_t conv_id) {
+  if (h.seq < 0 || h.cells.empty()) return nullptr;
+  // A recycled buffer: no zero fill, no page faults.
+  std::vector<std::uint8_t> bytes = store_.buffer(llama_state_seq_get_size_ext(ctx_, h.seq, 0));
+  if (!copy_out(h.seq, bytes)) {
     store_.recycle(std::move(bytes));
     return nullptr;
   }
   return store_.put(std::move(bytes), conv_id);
 }
 
+bool KvManager::park_copy(const KvHandle &src, KvHandle &dst, std::uint64_t conv_id) {
+  auto blob = blob_of(src, conv_id);
+  if (!blob) return false;
+  set_parked(dst, std::move(blob), src.n());
+  return true;
+}
+
+void KvManager::share_parked(const KvHandle &src, KvHandle &dst) {
+  dst.parked = src.parked;
+  dst.parked_n = src.parked_n;
+  dst.where = src.where;
+}
+
 bool KvManager::park(KvHandle &h, std::uint64_t conv_id) {
   if (h.seq < 0 || h.cells.empty()) return false;
   const auto t0 = Clock::now();
-  auto blob = park_copy(h, conv_id);
+  auto blob = blob_of(h, conv_id);
   if (!blob && !recompute_) return false;
   const std::uint32_t n = h.n();
   release(h);
@@ -189,10 +207,9 @@ KvManager::Restore KvManager::restore(KvHandle &h, std::uint32_t n_decoded, std:
 
 std::vector<std::uint8_t> KvManager::export_kv(const KvHandle &h) const {
   if (h.seq < 0) return h.parked ? h.parked->bytes() : std::vector<std::uint8_t>{};
-  if (h.cells.empty()) return {};
-  const std::size_t size = llama_state_seq_get_size_ext(ctx_, h.seq, 0);
-  std::vector<std::uint8_t> out(size);
-  if (size == 0 || llama_state_seq_get_data_ext(ctx_, out.data(), size, h.seq, 0) != size) {
+  std::vector<std::uint8_t> out;
+  if (h.cells.empty()) return out;
+  if (!copy_out(h.seq, out)) {
     fail(Errc::backend, fmt::format("llama.cpp could not copy out the KV data of sequence {}", h.seq));
   }
   return out;

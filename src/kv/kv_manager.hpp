@@ -96,9 +96,11 @@ class KvManager {
   // data, h becomes recompute (the caller re-decodes; `why` says so).
   enum class Restore { done, no_room, recompute };
   Restore restore(KvHandle &h, std::uint32_t n_decoded, std::uint64_t conv_id);
-  // A parked copy of src's KV data, for a fork that gets no slot: nullptr
-  // when no tier takes it.
-  std::shared_ptr<ParkedKv> park_copy(const KvHandle &src, std::uint64_t conv_id);
+  // dst (no slot) starts parked with a copy of src's KV data, for a fork
+  // that gets no slot; false (dst unchanged) when no tier takes it.
+  bool park_copy(const KvHandle &src, KvHandle &dst, std::uint64_t conv_id);
+  // dst (no slot) shares src's parked data: stored once.
+  void share_parked(const KvHandle &src, KvHandle &dst);
 
   // The KV data of h's sequence (or its parked blob), for saving.
   std::vector<std::uint8_t> export_kv(const KvHandle &h) const;
@@ -119,6 +121,9 @@ class KvManager {
 
  private:
   bool load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n);
+  // The one way KV data leaves the cache: seq's state into `out` (resized).
+  bool copy_out(int seq, std::vector<std::uint8_t> &out) const;
+  std::shared_ptr<ParkedKv> blob_of(const KvHandle &h, std::uint64_t conv_id);
   void set_parked(KvHandle &h, std::shared_ptr<ParkedKv> blob, std::uint32_t n);
   void seq_rm(int seq, std::int32_t p0, std::int32_t p1);
 
