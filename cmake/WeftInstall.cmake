@@ -28,4 +28,6 @@ install(FILES ${PROJECT_BINARY_DIR}/weftConfig.cmake ${PROJECT_BINARY_DIR}/weftC
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weft)
 
 configure_file(cmake/weft.pc.in ${PROJECT_BINARY_DIR}/weft.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/weft.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(cmake/weft-modelgen.pc.in ${PROJECT_BINARY_DIR}/weft-modelgen.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/weft.pc ${PROJECT_BINARY_DIR}/weft-modelgen.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
