@@ -64,7 +64,8 @@ struct Segment {
 struct Part {
   std::uint32_t seg;
   std::uint32_t n;
-  bool output;  // its last token's logits are read (it ends the queue)
+  bool output;           // its last token's logits are read (it ends the queue)
+  std::uint32_t staged;  // when output: its logits' buffer in `staging`
 };
 
 // A generation to sample, outside the lock.
@@ -122,6 +123,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::vector<Conv *> plan_convs;
   std::vector<std::pair<std::size_t, std::size_t>> work_ranges;
   std::vector<SampleJob> sample_jobs;
+  // Logits copied out of llama.cpp with the lock released, then swapped into
+  // their conversations under it (a game call never waits for the copy).
+  // Swapping hands the old buffers back here: no allocation in steady state.
+  std::vector<std::vector<float>> staging;
   std::vector<TokenCallback> callbacks;
   // Work that needs a step boundary (a save while a step runs): run, under
   // mu, by the next step at its start or by whoever next settles with no
@@ -175,7 +180,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   void fail_segment_locked(Segment &s, std::uint32_t n, int rc, StepResult &result);
 
   // --- Update (update.cpp) ---
-  void commit_part(const Part &part, int last_row, StepResult &result);
+  void commit_part(Part &part, StepResult &result);
   // Samples every generation whose logits are ready; the sampling itself
   // runs with the lock released.
   void sample_phase(StepResult &result, std::unique_lock<std::mutex> &lock);

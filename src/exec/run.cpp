@@ -21,7 +21,11 @@ std::int64_t to_ns(Clock::time_point t) {
 
 // The conversation was changed or disposed since the plan: what is left of
 // its segment is not decoded (reconcile drops what was).
-bool stale(const Segment &s) { return s.conv->disposed || s.conv->epoch != s.epoch; }
+// (The cache check is a guard: an empty sequence takes any position in
+// llama.cpp, so a plan that ran ahead of the cache would corrupt silently.)
+bool stale(const Segment &s) {
+  return s.conv->disposed || s.conv->epoch != s.epoch || s.conv->kv.n() != s.start + s.done;
+}
 
 }  // namespace
 
@@ -46,7 +50,7 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
         Segment &s = segments[cursor];
         if (stale(s)) s.failed = true;
         const std::uint32_t n = s.failed ? 0 : std::min(room, s.n - s.sliced);
-        if (n > 0) parts.push_back({static_cast<std::uint32_t>(cursor), n, false});
+        if (n > 0) parts.push_back({static_cast<std::uint32_t>(cursor), n, false, 0});
         s.sliced += n;
         room -= n;
         if (!s.failed && s.sliced < s.n) break;  // the micro-batch is full
@@ -64,6 +68,7 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
     b.n_tokens = 0;
     double depth = 0;  // summed position of every token in the batch
     std::size_t live = 0;
+    std::uint32_t outputs = 0;
     for (std::size_t i = lo; i < hi; ++i) {
       Segment &s = segments[parts[i].seg];
       if (!s.failed && stale(s)) s.failed = true;
@@ -72,6 +77,7 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
       const std::uint32_t n = parts[i].n;
       const std::uint32_t pos = s.start + s.done;
       parts[i].output = n == c.n_queued();
+      if (parts[i].output) parts[i].staged = outputs++;
       for (std::uint32_t k = 0; k < n; ++k) {
         const int row = b.n_tokens++;
         b.token[row] = c.queue[k];
@@ -96,6 +102,19 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
     const auto d0 = Clock::now();
     const int rc = decoder->decode(ctx, b);
     const double took = std::chrono::duration<double>(Clock::now() - d0).count();
+    if (rc == 0) {
+      // Copied before the lock is taken again. `parts` and `staging` are
+      // this thread's own.
+      if (staging.size() < outputs) staging.resize(outputs);
+      int row = 0;
+      for (std::size_t i = lo; i < hi; ++i) {
+        if (segments[parts[i].seg].failed) continue;
+        row += static_cast<int>(parts[i].n);
+        if (!parts[i].output) continue;
+        const float *lg = llama_get_logits_ith(ctx, row - 1);
+        staging[parts[i].staged].assign(lg, lg + n_vocab);
+      }
+    }
     lock.lock();
     abort_deadline_ns.store(0, std::memory_order_relaxed);
     result.decode_seconds += took;
@@ -104,11 +123,8 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
     if (rc == 0) {
       cost.observe(static_cast<std::uint32_t>(b.n_tokens),
                    depth_is_cells ? used_before : depth / static_cast<double>(b.n_tokens), took);
-      int row = 0;
       for (std::size_t i = lo; i < hi; ++i) {
-        if (segments[parts[i].seg].failed) continue;
-        row += static_cast<int>(parts[i].n);
-        commit_part(parts[i], row - 1, result);
+        if (!segments[parts[i].seg].failed) commit_part(parts[i], result);
       }
       continue;
     }

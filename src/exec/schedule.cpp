@@ -143,6 +143,9 @@ void ExecutorCore::admit_locked(const Conv &c, std::size_t n_new) const {
 bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t0, StepResult &result,
                                    std::unique_lock<std::mutex> &lock) {
   for (int attempt = 0;; ++attempt) {
+    // Operations made while the lock was released (sampling, a callback)
+    // may have left KV work: the plan needs the cache as the histories say.
+    reconcile_locked();
     candidates.clear();
     plan_convs.clear();
     std::uint64_t wanted = 0;

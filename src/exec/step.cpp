@@ -64,6 +64,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
 
   const auto &moves = kv->counters();
   const std::uint64_t moves_before = moves.parks + moves.restores + moves.recomputes;
+  reconcile_locked();  // what operations left while the sampling ran unlocked
   const bool may_age = make_resident_locked(budget.max_tokens.value_or(params.n_batch));
   if (!schedule_locked(budget, t0, result, lock)) return result;
 

@@ -1,8 +1,6 @@
 // The update stage: commit what a decode produced, sample generations whose
 // logits are ready (outside the lock), finish them, post events and run the
 // on_token callbacks.
-#include <llama.h>
-
 #include <fmt/format.h>
 
 #include <chrono>
@@ -12,7 +10,7 @@
 
 namespace weft::detail {
 
-void ExecutorCore::commit_part(const Part &part, int last_row, StepResult &result) {
+void ExecutorCore::commit_part(Part &part, StepResult &result) {
   Segment &s = segments[part.seg];
   Conv &c = *s.conv;
   const std::uint32_t n = part.n;
@@ -33,8 +31,7 @@ void ExecutorCore::commit_part(const Part &part, int last_row, StepResult &resul
   c.history.insert(c.history.end(), input.begin(), input.end());
   c.queue.pop_front(n);
   if (part.output) {
-    const float *lg = llama_get_logits_ith(ctx, last_row);
-    c.logits.assign(lg, lg + n_vocab);
+    c.logits.swap(staging[part.staged]);  // copied with the lock released (run.cpp)
     c.has_logits = true;
   } else {
     c.has_logits = false;

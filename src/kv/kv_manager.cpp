@@ -95,6 +95,7 @@ bool KvManager::erase_shift(KvHandle &h, std::uint32_t p0, std::uint32_t p1) {
 
 void KvManager::share_prefix(const KvHandle &src, KvHandle &dst, std::uint32_t n) {
   if (n == 0) return;
+  truncate(dst, 0);  // whatever dst held goes: it starts with src's prefix
   llama_memory_seq_cp(llama_get_memory(ctx_), src.seq, dst.seq, 0, static_cast<llama_pos>(n));
   const auto shared = std::span(src.cells).first(n);
   ledger_.retain(shared);

@@ -199,20 +199,29 @@ TEST(NoWait, CallsReturnWhileAStepSamples) {
   std::optional<weft::Conversation> child;
   std::vector<float> child_logits;
   std::vector<weft::Token> at_fork;
+  std::vector<weft::Token> more = random_tokens(rng, m, 3);
   EXPECT_TRUE(returns_promptly([&] {
     child = a.fork();  // a's sampler is in use: the child's copy comes after
     at_fork = a.tokens();
+    // Input for the child before its cache is shared: the same step plans
+    // it next, and must see it as the history says.
+    child->prompt(more);
   }));
   EXPECT_TRUE(returns_promptly([&] { b.set_sampler({.temperature = 0.5f, .seed = 1}); }));
   EXPECT_TRUE(returns_promptly([&] { gb.cancel(); }));
   EXPECT_TRUE(returns_promptly([&] { (void)ex.stats(), (void)ex.poll_events(), (void)a.tokens(); }));
   gate.release.set_value();
   stepper.join();
+  // The step went on to plan the child: with its cache as its history says.
+  expect_cache_exact(ex);
   weft::detail::set_sample_hook(ex, nullptr);
   while (!ga.done()) ex.step();
   run_until_idle(ex);
   expect_cache_exact(ex);
+  at_fork.insert(at_fork.end(), more.begin(), more.end());
   EXPECT_EQ(child->tokens(), at_fork);
+  EXPECT_FALSE(child->error().has_value()) << child->error()->what();
+  expect_logits_fresh(*child);
   EXPECT_NO_THROW((void)child->sample()) << "the fork got its sampler after the sampling phase";
   EXPECT_EQ(gb.reason(), weft::FinishReason::cancelled);
   EXPECT_EQ(ga.reason(), weft::FinishReason::max_tokens);
