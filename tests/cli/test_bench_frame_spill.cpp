@@ -1,4 +1,4 @@
-// `weft bench frame` and `weft bench spill`: the JSON rows are complete and
+// `weft bench frame`, `spill` and `main-thread`: the JSON rows are complete and
 // internally consistent, and bad input ends with a message and a non-zero
 // exit. Speed is never asserted.
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -204,6 +205,62 @@ TEST(BenchSpill, BadInputFailsWithAMessage) {
   for (const std::string args : {"-n 0", "-n -3", "--oversubscription 0", "--tier tape", "--gen-tokens 0",
                                  "--disk-dir /nonexistent/weft", "--bogus"}) {
     const auto r = weft("bench spill -m " + kTiny + " " + args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_FALSE(r.output.empty()) << args;
+  }
+}
+
+// `weft bench main-thread --json` prints one JSON object: a row per timed
+// call, each with samples, ordered percentiles and no errors, and a worker
+// that sampled. Latency targets are the benchmark's business, not the test's.
+TEST(BenchMainThread, JsonRowsAreCompleteAndConsistent) {
+  const auto r = weft("bench main-thread -m " + kTiny + " --seconds 1 --threads 1 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  // The JSON is the last line that starts with '{' (stderr is mixed in).
+  std::size_t at = r.output.starts_with('{') ? 0 : std::string::npos;
+  if (const auto nl = r.output.rfind("\n{"); nl != std::string::npos) at = nl + 1;
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(at, r.output.find('\n', at) - at));
+  EXPECT_EQ(j["bench"], "main-thread");
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GT(j["frames"].get<unsigned>(), 0u);
+  EXPECT_LE(j["late_frames"].get<unsigned>(), j["frames"].get<unsigned>());
+  EXPECT_LE(j["late_frames_with_save"].get<unsigned>(), j["late_frames"].get<unsigned>());
+  // No step failed a conversation (a decode error would be a core bug).
+  EXPECT_EQ(j["conversation_errors"].get<unsigned>(), 0u) << j.value("first_conversation_error", "");
+  EXPECT_NEAR(j["tokens_per_s"].get<double>() * j["seconds"].get<double>(), j["tokens_sampled"].get<double>(), 1e-6);
+  const std::vector<std::string> calls{
+      "prompt",  "generate", "cancel",   "set_sampler", "set_priority", "fork",   "rewind",
+      "remove",  "shift_left", "dispose", "park",       "prefetch",     "load",   "poll_events",
+      "stats",   "tokens",   "n_tokens", "residency",   "generation",   "error",  "save"};
+  ASSERT_EQ(j["rows"].size(), calls.size()) << j.dump();
+  bool all_met = true;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const auto &row = j["rows"][i];
+    for (const char *k : {"call", "count", "p50_ms", "p99_ms", "max_ms", "errors", "meets_target"})
+      ASSERT_TRUE(row.contains(k)) << k << " missing in " << row.dump();
+    EXPECT_EQ(row["call"], calls[i]);
+    EXPECT_GE(row["count"].get<unsigned>(), 1u) << row.dump();
+    EXPECT_EQ(row["errors"].get<unsigned>(), 0u) << row.dump();
+    EXPECT_GE(row["p50_ms"].get<double>(), 0.0);
+    EXPECT_LE(row["p50_ms"].get<double>(), row["p99_ms"].get<double>()) << row.dump();
+    EXPECT_LE(row["p99_ms"].get<double>(), row["max_ms"].get<double>()) << row.dump();
+    // Judged on the numbers it prints; save() is reported, not judged.
+    if (calls[i] == "save") {
+      EXPECT_TRUE(row["meets_target"].is_null());
+      continue;
+    }
+    const bool met = row["p99_ms"].get<double>() <= j["target_p99_ms"].get<double>() &&
+                     row["max_ms"].get<double>() <= j["target_max_ms"].get<double>();
+    EXPECT_EQ(row["meets_target"].get<bool>(), met) << row.dump();
+    all_met = all_met && met;
+  }
+  EXPECT_EQ(j["all_met"].get<bool>(), all_met);
+}
+
+TEST(BenchMainThread, BadInputFailsWithAMessage) {
+  for (const std::string args : {"--seconds 0", "--budget-ms 0", "-n 0", "--save-every 0", "--preset huge", "--bogus"}) {
+    const auto r = weft("bench main-thread -m " + kTiny + " " + args);
     EXPECT_NE(r.status, 0) << args;
     EXPECT_FALSE(r.output.empty()) << args;
   }

@@ -9,5 +9,6 @@ void add_bench_throughput(CLI::App &bench);
 void add_bench_mixed(CLI::App &bench);
 void add_bench_frame(CLI::App &bench);
 void add_bench_spill(CLI::App &bench);
+void add_bench_main_thread(CLI::App &bench);
 
 }  // namespace weft_cli

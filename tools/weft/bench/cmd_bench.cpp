@@ -13,6 +13,7 @@ void add_bench(CLI::App &app) {
   add_bench_mixed(*bench);
   add_bench_frame(*bench);
   add_bench_spill(*bench);
+  add_bench_main_thread(*bench);
 }
 
 }  // namespace weft_cli
