@@ -9,12 +9,15 @@
 // A default-constructed handle is empty; every operation on it, or on a
 // disposed conversation, throws Errc::disposed.
 //
-// Thread-safety: any method may be called from any thread. prompt(), the
-// readers (tokens(), logits(), n_*()), set_* and Generation::cancel never wait
-// for a running decode. Operations that change the KV cache — fork(),
-// rewind(), remove(), shift_left(), dispose() — wait for the running step to
-// end (they apply at a step boundary); called from a callback on the stepping
-// thread, they apply at once.
+// Thread-safety: any method may be called from any thread, and none but
+// save() waits for a running step. Operations that change what the KV cache
+// must hold — fork(), rewind(), remove(), shift_left(), dispose(), park() —
+// take effect at once for the conversation (tokens(), n_decoded(), logits
+// as the docs of each say); the cache follows at a step boundary: at once
+// when nobody else steps (or from a callback on the stepping thread), else
+// at the stepper's next boundary. Until then n_cells() and residency()
+// describe the cache as it is. A decode running for the conversation when it
+// changed is not committed to it.
 #pragma once
 
 #include <cstdint>
@@ -168,8 +171,9 @@ class WEFT_API Conversation {
   Residency residency() const;
   // Hints for a game that knows who speaks next: park() moves this one out
   // of the cache (if resident and something decoded; returns false when no
-  // tier can take it) — at once when no step runs, else at the end of the
-  // running one (then it returns whether a tier is configured); prefetch()
+  // tier can take it) — at once when nobody else steps, else at the
+  // stepper's next boundary (then it returns whether a tier is configured:
+  // a game thread never copies KV data itself); prefetch()
   // asks the next step to make it resident even before it has input.
   // Neither waits for a running step.
   bool park();

@@ -17,7 +17,11 @@
 //
 // Thread-safety: any method may be called from any thread. step() calls are
 // serialised: a second caller waits for the running step to finish, then runs
-// its own. stats() and cells_free() never wait for a running decode.
+// its own. Nothing else waits for a running step — not for its decode, not
+// for its sampling — except save_all() (and Conversation::save()), which read
+// KV data at a step boundary, and stop() and the destructor, which end the
+// worker's step. KV facts (cells_free(), residency) follow an operation at
+// the stepper's next boundary (docs/EXECUTOR.md, "Threading").
 #pragma once
 
 #include <chrono>
@@ -273,12 +277,16 @@ class WEFT_API Executor {
   // Errc::corrupt (damaged, a damaged version field included), incompatible
   // (another model, or an intact state of another format version),
   // out_of_range (longer than this n_ctx), not_found/invalid_argument/io
-  // (files: missing, a directory, unreadable); the executor is then unchanged. Waits for a running step.
+  // (files: missing, a directory, unreadable); the executor is then unchanged.
+  // Never waits for a running step: the KV data goes into the cache at once
+  // when nobody else steps (a refusal by llama.cpp, e.g. another cache type,
+  // then throws Errc::corrupt), else at the stepper's next boundary (a
+  // refusal then means its tokens are decoded again, with a logged warning).
   Conversation load(std::span<const std::uint8_t> state);
   Conversation load(const std::string &path);
 
   // Every conversation, resident and parked, with its id: an executor
-  // snapshot. Waits for a running step.
+  // snapshot. Waits for a running step (the KV data is read at a boundary).
   std::vector<std::uint8_t> save_all();
   void save_all(const std::string &path);
   // Restores a snapshot into this executor (same model): saved id -> the new

@@ -73,7 +73,8 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
     if (params_.min_p > 0.0f) add(llama_sampler_init_min_p(params_.min_p, 1), "min_p");
     add(llama_sampler_init_temp(params_.temperature), "temp");
   }
-  cur_.resize(static_cast<std::size_t>(m.n_vocab));
+  // cur_ (n_vocab candidates, 384 KB for 32,000 tokens) is sized by the
+  // first chain sample, on the stepping thread, not by whoever builds this.
   rng_ = 0x6a09e667f3bcc909ull ^ (static_cast<std::uint64_t>(params_.seed) * 0x9e3779b97f4a7c15ull);
   journal_keep_ = grammar_ ? 0 : static_cast<std::size_t>(std::max(0, last_n));
   // Mirrors llama_sampler_penalties::is_disabled(): apply() and accept() then do nothing.
@@ -122,9 +123,7 @@ Sampler Sampler::restore(const Model &model, const SamplerParams &params, std::i
 }
 
 Sampler::Sampler(Model model, SamplerParams params, Ptr grammar, Ptr chain)
-    : model_(std::move(model)), params_(std::move(params)), grammar_(std::move(grammar)), chain_(std::move(chain)) {
-  cur_.resize(static_cast<std::size_t>(model_.n_vocab()));
-}
+    : model_(std::move(model)), params_(std::move(params)), grammar_(std::move(grammar)), chain_(std::move(chain)) {}
 
 Sampler::~Sampler() = default;
 Sampler::Sampler(Sampler &&) noexcept = default;
@@ -146,9 +145,10 @@ Sampler Sampler::clone() const {
 }
 
 void Sampler::check_size(std::span<const float> logits) const {
-  if (logits.size() != cur_.size()) {
+  const auto n_vocab = static_cast<std::size_t>(model_.n_vocab());
+  if (logits.size() != n_vocab) {
     fail(Errc::invalid_argument,
-         fmt::format("logits has {} entries, but the vocabulary has {} tokens", logits.size(), cur_.size()));
+         fmt::format("logits has {} entries, but the vocabulary has {} tokens", logits.size(), n_vocab));
   }
 }
 
@@ -212,6 +212,7 @@ Token Sampler::sample_argmax(std::span<const float> logits) const {
 
 Token Sampler::sample_chain(std::span<const float> logits) {
   check_size(logits);
+  cur_.resize(logits.size());  // once: then reused
   float max_logit = -INFINITY;
   for (std::size_t i = 0; i < cur_.size(); ++i) {
     const float l = logits[i];

@@ -59,6 +59,9 @@ bool ExecutorCore::settle_locked() {
     run_boundary_tasks_locked();
     return true;
   }
+  // With a worker, the worker applies it: a game thread never does KV work
+  // itself (a park's copy or a load's import can take milliseconds).
+  if (worker.running()) return false;
   std::unique_lock step(step_mu, std::try_to_lock);
   if (!step.owns_lock()) return false;  // the running step's next boundary will
   reconcile_locked();

@@ -1,6 +1,9 @@
 // Saving and loading conversations and whole executors; park/prefetch hints.
 #include <fmt/format.h>
 
+#include <chrono>
+#include <future>
+
 #include "exec/executor_core.hpp"
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
@@ -84,9 +87,11 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     c->gen = std::move(g);
   }
   if (c->n_decoded() > 0) {
+    // As settle_locked: at once only when nobody else steps (then a refusal
+    // throws); else the stepper imports it at its boundary.
     std::unique_lock<std::mutex> step;
     const bool on_stepper = x.stepping.load() == std::this_thread::get_id();
-    if (!on_stepper) step = std::unique_lock(x.step_mu, std::try_to_lock);
+    if (!on_stepper && !x.worker.running()) step = std::unique_lock(x.step_mu, std::try_to_lock);
     if (on_stepper || step.owns_lock()) {
       try {
         x.kv->import_kv(c->kv, std::move(r.kv), c->n_decoded(), c->id);
@@ -104,16 +109,41 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
   return Conversation(std::move(handle));
 }
 
-// Runs fn() at a step boundary: at once on the stepping thread, else after
-// the running step (if any) ends. The KV cache is reconciled first.
+// Runs fn() (under mu, the cache reconciled) at a step boundary and returns
+// its result: at once on the stepping thread or when nobody steps; else the
+// stepper runs it at the end of its running step. Waiting on step_mu itself
+// could take seconds: a worker takes it again as soon as it lets go.
 template <class Fn>
 auto at_boundary(ExecutorCore &x, Fn &&fn) {
-  std::unique_lock<std::mutex> step;
-  if (x.stepping.load() != std::this_thread::get_id()) step = std::unique_lock(x.step_mu);
-  std::lock_guard lock(x.mu);
-  if (x.closed) fail(Errc::disposed, "the executor was destroyed");
-  x.reconcile_locked();
-  return fn();
+  using T = decltype(fn());
+  if (x.stepping.load() == std::this_thread::get_id()) {
+    std::lock_guard lock(x.mu);
+    x.reconcile_locked();
+    return fn();
+  }
+  auto promise = std::make_shared<std::promise<T>>();
+  auto future = promise->get_future();
+  {
+    std::lock_guard lock(x.mu);
+    if (x.closed) fail(Errc::disposed, "the executor was destroyed");
+    x.boundary_tasks.push_back([&x, &fn, promise] {
+      try {
+        if (x.closed) fail(Errc::disposed, "the executor was destroyed");
+        promise->set_value(fn());
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    });
+    x.settle_locked();
+  }
+  x.notify_work();
+  // A step that ended just before the task was queued leaves it to the next
+  // one: without a worker, take the boundary ourselves once the step is over.
+  while (future.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) {
+    std::lock_guard lock(x.mu);
+    x.settle_locked();
+  }
+  return future.get();
 }
 
 struct Decoded {

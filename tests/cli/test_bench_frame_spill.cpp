@@ -230,7 +230,7 @@ TEST(BenchMainThread, JsonRowsAreCompleteAndConsistent) {
   EXPECT_EQ(j["conversation_errors"].get<unsigned>(), 0u) << j.value("first_conversation_error", "");
   EXPECT_NEAR(j["tokens_per_s"].get<double>() * j["seconds"].get<double>(), j["tokens_sampled"].get<double>(), 1e-6);
   const std::vector<std::string> calls{
-      "prompt",  "generate", "cancel",   "set_sampler", "set_priority", "fork",   "rewind",
+      "prompt",  "tokenize", "generate", "cancel",   "set_sampler", "set_priority", "fork",   "rewind",
       "remove",  "shift_left", "dispose", "park",       "prefetch",     "load",   "poll_events",
       "stats",   "tokens",   "n_tokens", "residency",   "generation",   "error",  "save"};
   ASSERT_EQ(j["rows"].size(), calls.size()) << j.dump();

@@ -46,11 +46,11 @@ struct Opts {
 
 // The timed calls, in report order; save last (not judged).
 enum class Call {
-  prompt, generate, cancel, set_sampler, set_priority, fork, rewind, remove, shift_left, dispose, park, prefetch,
+  prompt, tokenize, generate, cancel, set_sampler, set_priority, fork, rewind, remove, shift_left, dispose, park, prefetch,
   load, poll_events, stats, tokens, n_tokens, residency, generation, error, save, count_
 };
 constexpr std::array<const char *, static_cast<std::size_t>(Call::count_)> kCallNames{
-    "prompt", "generate", "cancel", "set_sampler", "set_priority", "fork", "rewind", "remove", "shift_left",
+    "prompt", "tokenize", "generate", "cancel", "set_sampler", "set_priority", "fork", "rewind", "remove", "shift_left",
     "dispose", "park", "prefetch", "load", "poll_events", "stats", "tokens", "n_tokens", "residency",
     "generation", "error", "save"};
 
@@ -210,7 +210,10 @@ Result run_frames(weft::Model &model, const Opts &o) {
     rec.time(Call::shift_left, [&] { s.shift_left(std::min(1u, d2), d2 > 1 ? std::min(2u, d2 - 1) : 0u); });
     rec.time(Call::park, [&] { s.park(); });
     rec.time(Call::prefetch, [&] { s.prefetch(); });
-    rec.time(Call::prompt, [&] { s.prompt(fmt::format(" You answer: {}", kLines[f % kLines.size()])); });
+    // prompt(text) tokenizes on the caller's thread: `tokenize` is that part alone.
+    const std::string line = fmt::format(" You answer: {}", kLines[f % kLines.size()]);
+    rec.time(Call::tokenize, [&] { (void)model.tokenize(line); });
+    rec.time(Call::prompt, [&] { s.prompt(line); });
     rec.time(Call::generate, [&] { spare_gens[si] = s.generate({.max_tokens = 8}); });
 
     // A fork of a talker and a loaded copy, each disposed three frames later.
