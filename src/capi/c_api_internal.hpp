@@ -1,15 +1,18 @@
-// Internals of the C ABI (src/c_api*.cpp): the handle registry, exception
-// translation, argument and struct-size checks, output copying. Not installed.
+// Internals of the C ABI (src/capi/c_api*.cpp): the handle registry,
+// exception translation, argument and struct-size checks, output copying.
+// Not installed.
 //
-// Adding a C function: declare it in include/weft/weft.h, define it in the
-// c_api_*.cpp of its object as `return guarded(__func__, [&] { ... });`,
-// fetch handles with get<T>(), and check pointers with need(). Nothing else
-// is needed for the export (src/weft.map exports every weft_* symbol).
+// Adding a C function: declare it in the include/weft/c/*.h header of its
+// concept (weft.h includes them all), define it in the c_api_*.cpp of its
+// object as `return guarded(__func__, [&] { ... });`, fetch handles with
+// get<T>(), and check pointers with need(). Nothing else is needed for the
+// export (src/capi/weft.map exports every weft_* symbol).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <initializer_list>
 #include <memory>
 #include <new>
@@ -41,6 +44,38 @@ constexpr weft_status from_errc(Errc code) noexcept { return static_cast<weft_st
 // Records the failure for weft_last_error() on this thread; never throws.
 weft_status set_error(weft_status status, const char *function, const char *message) noexcept;
 void clear_error() noexcept;
+
+// The status an exception stands for and its message, as guarded() reports
+// them (for errors that reach a callback instead of a return value). Never
+// throws: a message that cannot be copied stays empty.
+inline weft_status status_of(const std::exception_ptr &error, std::string &message) noexcept {
+  const auto say = [&](const char *what) noexcept {
+    try {
+      message.assign(what);
+    } catch (...) {
+      message.clear();
+    }
+  };
+  if (!error) return WEFT_OK;
+  try {
+    std::rethrow_exception(error);
+  } catch (const CError &e) {
+    say(e.what());
+    return e.status();
+  } catch (const Error &e) {
+    say(e.what());
+    return from_errc(e.code());
+  } catch (const std::bad_alloc &) {
+    say("out of memory");
+    return WEFT_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception &e) {
+    say(e.what());
+    return WEFT_ERR_INTERNAL;
+  } catch (...) {
+    say("unknown exception");
+    return WEFT_ERR_INTERNAL;
+  }
+}
 
 // Runs `body`, translating every exception into a status and a message
 // prefixed with the C function's name. Nothing escapes.

@@ -1,5 +1,6 @@
-// The C ABI, part 4: saving and loading conversations and executors,
-// residency (parking) hints, and the byte buffers and lists they return.
+// The C ABI, part 4 (include/weft/c/state.h): saving and loading
+// conversations and executors, save_async, residency (parking) hints, and
+// the byte buffers and lists they return.
 #include <fmt/format.h>
 
 #include <map>
@@ -33,6 +34,30 @@ weft_conversation *new_conv_handle(Conversation c) {
 weft_conversation_list *new_list(std::map<std::uint64_t, Conversation> loaded) {
   auto list = std::make_shared<ConversationList>(loaded.begin(), loaded.end());
   return make_handle<weft_conversation_list>(Kind::conversation_list, std::move(list));
+}
+
+// Hands a save_async outcome to the C callback: a new weft_bytes handle (the
+// callback's to free), or the status and message of the error. Runs where
+// Conversation::save_async calls back: under the executor's state lock.
+void deliver_save(weft_save_callback callback, void *user_data, Bytes bytes, std::exception_ptr error) noexcept {
+  weft_bytes *handle = nullptr;
+  if (!error) {
+    try {
+      handle = make_handle<weft_bytes>(Kind::bytes, std::make_shared<Bytes>(std::move(bytes)));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  std::string message;
+  const weft_status status = status_of(error, message);
+  if (status != WEFT_OK) {
+    try {
+      message.insert(0, "weft_conversation_save_async: ");
+    } catch (...) {
+      // The code still says what happened.
+    }
+  }
+  callback(status, handle, message.c_str(), user_data);
 }
 
 }  // namespace
@@ -69,6 +94,21 @@ weft_status weft_conversation_save(const weft_conversation *conversation, weft_b
 
 weft_status weft_conversation_save_file(const weft_conversation *conversation, const char *path) {
   return guarded(__func__, [&] { get<weft::Conversation>(conversation, Kind::conversation)->save(path_arg(path)); });
+}
+
+weft_status weft_conversation_save_async(const weft_conversation *conversation, weft_save_callback callback,
+                                         void *user_data) {
+  return guarded(__func__, [&] {
+    auto c = get<weft::Conversation>(conversation, Kind::conversation);
+    if (callback == nullptr) fail(WEFT_ERR_NULL_ARG, "argument `callback` is NULL");
+    // When nobody else steps the callback runs inside this call. C++
+    // save_async throws only before it queues the save; once queued, exactly
+    // one call follows (weft.h's promise rests on that).
+    c->save_async([callback, user_data](Bytes bytes, std::exception_ptr error) {
+      deliver_save(callback, user_data, std::move(bytes), std::move(error));
+    });
+    clear_error();  // the callback may have called weft on this thread
+  });
 }
 
 weft_status weft_executor_load(weft_executor *executor, const uint8_t *data, size_t size, weft_conversation **out) {

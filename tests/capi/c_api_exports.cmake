@@ -1,6 +1,8 @@
-# Checks libweft.so (cmake -DLIB=... -DHEADER=... -P c_api_exports.cmake):
-# its dynamic symbols are exactly the WEFT_C_API functions of weft.h, and it
-# needs only the C runtime (and OpenMP's libgomp, which ggml uses).
+# Checks libweft.so (cmake -DLIB=... -DINCLUDE=<include dir> -P
+# c_api_exports.cmake): its dynamic symbols are exactly the WEFT_C_API
+# functions of weft/weft.h and the weft/c/*.h it includes (every one of
+# them, so none is left out of weft.h), and it needs only the C runtime (and
+# OpenMP's libgomp, which ggml uses).
 
 find_program(NM nm REQUIRED)
 find_program(READELF readelf REQUIRED)
@@ -16,11 +18,26 @@ foreach(line IN LISTS lines)
   list(APPEND exported ${name})
 endforeach()
 
-file(STRINGS ${HEADER} decls REGEX "^WEFT_C_API ")
+set(umbrella ${INCLUDE}/weft/weft.h)
+file(GLOB parts RELATIVE ${INCLUDE} ${INCLUDE}/weft/c/*.h)
+list(LENGTH parts n_parts)
+if(n_parts EQUAL 0)
+  message(FATAL_ERROR "no headers in ${INCLUDE}/weft/c")
+endif()
+file(READ ${umbrella} umbrella_text)
 set(declared)
-foreach(d IN LISTS decls)
-  string(REGEX MATCH "(weft_[a-z0-9_]+)\\(" m "${d}")
-  list(APPEND declared ${CMAKE_MATCH_1})
+foreach(h IN ITEMS weft/weft.h ${parts})
+  if(NOT h STREQUAL "weft/weft.h" AND NOT umbrella_text MATCHES "#include \"${h}\"")
+    message(FATAL_ERROR "weft/weft.h does not include ${h}")
+  endif()
+  file(STRINGS ${INCLUDE}/${h} decls REGEX "^WEFT_C_API ")
+  foreach(d IN LISTS decls)
+    string(REGEX MATCH "(weft_[a-z0-9_]+)\\(" m "${d}")
+    if(NOT CMAKE_MATCH_1)
+      message(FATAL_ERROR "${h}: cannot read the function name in: ${d}")
+    endif()
+    list(APPEND declared ${CMAKE_MATCH_1})
+  endforeach()
 endforeach()
 
 list(SORT exported)
@@ -32,7 +49,7 @@ list(REMOVE_ITEM missing ${exported})
 list(LENGTH exported n_exported)
 list(LENGTH declared n_declared)
 if(extra OR missing)
-  message(FATAL_ERROR "libweft.so exports other than weft.h declares.\n  exported, not declared: ${extra}\n  declared, not exported: ${missing}")
+  message(FATAL_ERROR "libweft.so exports other than weft.h (with weft/c/*.h) declares.\n  exported, not declared: ${extra}\n  declared, not exported: ${missing}")
 endif()
 
 execute_process(COMMAND ${READELF} -d ${LIB} OUTPUT_VARIABLE dyn)
@@ -47,4 +64,4 @@ foreach(n IN LISTS needed)
   endif()
 endforeach()
 file(SIZE ${LIB} size)
-message(STATUS "libweft.so: ${n_exported} symbols, all weft_* and all declared in weft.h; ${needed}; ${size} bytes")
+message(STATUS "libweft.so: ${n_exported} symbols, all weft_* and all declared in weft.h and its ${n_parts} weft/c/*.h; ${needed}; ${size} bytes")

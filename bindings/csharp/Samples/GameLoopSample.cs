@@ -1,14 +1,19 @@
 // A game loop: weft's worker thread steps in the background while the "main
 // thread" runs frames. Each frame it may spawn an NPC (a fork of the shared
-// town prompt), prompt it and start a reply, then polls events — never a
-// callback into game code, never waiting for a decode. Checked: every reply
+// town prompt), prompt it and start a reply, checkpoint one NPC with
+// SaveAsync, then polls events — never a callback into game code, and
+// nothing that waits for the worker's step: Fork, Prompt, SetSampler,
+// Generate, SaveAsync and PollEvents all return at once (Save and SaveAll
+// would wait, so the loop does not call them). Checked: every reply
 // finishes, the text assembled from token events equals the generation's
-// text, nothing is dropped, and the worker stops cleanly.
+// text, nothing is dropped, the checkpoint loads back as a prefix of its
+// NPC's final history, and the worker stops cleanly.
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
 using System.Text;
 using System.Threading;
+using System.Threading.Tasks;
 using Weft;
 
 namespace Weft.Samples
@@ -39,10 +44,14 @@ namespace Weft.Samples
 
                 var npcs = new Dictionary<ulong, Npc>();
                 var clock = Stopwatch.StartNew();
-                double worstPollMs = 0;
+                double worstPollMs = 0, worstLogicMs = 0;
                 int frame = 0, finished = 0;
-                for (; finished < npcCount && clock.Elapsed < TimeSpan.FromSeconds(120); ++frame)
+                Task<byte[]> checkpoint = null;  // one NPC saved mid-conversation, without waiting
+                Npc saved = null;
+                for (; (finished < npcCount || (checkpoint != null && !checkpoint.IsCompleted)) &&
+                       clock.Elapsed < TimeSpan.FromSeconds(120); ++frame)
                 {
+                    var logic0 = clock.Elapsed;
                     // Game logic: one new NPC every other frame.
                     if (frame % 2 == 0 && npcs.Count < npcCount)
                     {
@@ -51,7 +60,11 @@ namespace Weft.Samples
                         npc.Conversation.SetSampler(new SamplerParams { Temperature = 0.8f, Seed = (uint)npcs.Count });
                         npc.Reply = npc.Conversation.Generate(new GenerateParams { MaxTokens = maxTokens });
                         npcs.Add(npc.Conversation.Id, npc);
+                        saved = saved ?? npc;
                     }
+                    // A checkpoint of the first NPC while the worker is busy.
+                    if (frame == 5) checkpoint = saved.Conversation.SaveAsync();
+                    worstLogicMs = Math.Max(worstLogicMs, (clock.Elapsed - logic0).TotalMilliseconds);
                     // Read what the worker did since last frame.
                     var t0 = clock.Elapsed;
                     foreach (var e in ex.PollEvents())
@@ -83,6 +96,7 @@ namespace Weft.Samples
                 }
 
                 Check.Equal(npcCount, finished, "replies finished");
+                Check.True(checkpoint != null && checkpoint.Status == TaskStatus.RanToCompletion, "checkpoint saved");
                 foreach (var npc in npcs.Values)
                 {
                     var reason = npc.Finished ?? FinishReason.Running;
@@ -97,9 +111,19 @@ namespace Weft.Samples
                 Check.True(stats.WorkerRunning, "stats see the worker");
                 Console.WriteLine("  " + npcs.Count + " NPCs replied over " + frame + " frames; " + stats.TokensDecoded +
                                   " tokens decoded in " + stats.Steps + " steps (p50 " + stats.StepMsP50.ToString("F2") +
-                                  " ms); slowest event poll " + worstPollMs.ToString("F2") + " ms");
-                ex.Stop();
+                                  " ms); slowest event poll " + worstPollMs.ToString("F2") + " ms, slowest frame logic " +
+                                  worstLogicMs.ToString("F2") + " ms");
+                ex.Stop();  // shutting down: joins the worker
                 Check.True(!ex.IsRunning, "worker stopped");
+                if (checkpoint != null && checkpoint.Status == TaskStatus.RanToCompletion)
+                {
+                    using (var back = ex.Load(checkpoint.Result))
+                    {
+                        Check.StartsWith(town.Tokens, back.Tokens, saved.Name + " checkpoint");
+                        Check.StartsWith(back.Tokens, saved.Conversation.Tokens, saved.Name + " after its checkpoint");
+                    }
+                    Console.WriteLine("  checkpoint of " + saved.Name + ": " + checkpoint.Result.Length + " bytes");
+                }
                 foreach (var npc in npcs.Values)
                 {
                     npc.Reply.Dispose();

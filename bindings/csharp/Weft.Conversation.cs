@@ -1,0 +1,252 @@
+// Weft.Conversation.cs — Conversation: one dialogue, its sampler and
+// generation parameters (include/weft/c/conversation.h, generation.h).
+// Saving and parking: Weft.State.cs. Part of the binding; the rules are in
+// Weft.cs.
+using System;
+using System.Runtime.InteropServices;
+
+namespace Weft
+{
+    public sealed class SamplerParams
+    {
+        public float Temperature, TopP, MinP, RepeatPenalty, FrequencyPenalty, PresencePenalty;
+        public int TopK, PenaltyLastN;
+        public uint Seed;
+        public string Grammar;      // GBNF; null = none
+        public string GrammarRoot;  // null = "root"
+
+        public SamplerParams()
+        {
+            var n = new SamplerParamsNative();
+            Native.Check(Native.weft_sampler_params_init(ref n, Native.Size(Marshal.SizeOf(typeof(SamplerParamsNative)))));
+            Temperature = n.temperature;
+            TopP = n.top_p;
+            MinP = n.min_p;
+            RepeatPenalty = n.repeat_penalty;
+            FrequencyPenalty = n.frequency_penalty;
+            PresencePenalty = n.presence_penalty;
+            TopK = n.top_k;
+            PenaltyLastN = n.penalty_last_n;
+            Seed = n.seed;
+        }
+
+        internal SamplerParamsNative ToNative(CallMemory mem)
+        {
+            var n = new SamplerParamsNative();
+            Native.Check(Native.weft_sampler_params_init(ref n, Native.Size(Marshal.SizeOf(typeof(SamplerParamsNative)))));
+            n.temperature = Temperature;
+            n.top_p = TopP;
+            n.min_p = MinP;
+            n.repeat_penalty = RepeatPenalty;
+            n.frequency_penalty = FrequencyPenalty;
+            n.presence_penalty = PresencePenalty;
+            n.top_k = TopK;
+            n.penalty_last_n = PenaltyLastN;
+            n.seed = Seed;
+            n.grammar = mem.Utf8z(Grammar);
+            n.grammar_root = mem.Utf8z(GrammarRoot);
+            return n;
+        }
+    }
+
+    public sealed class GenerateParams
+    {
+        public int MaxTokens = 128;
+        // null = the conversation's own sampler (whose state then advances).
+        public SamplerParams Sampler;
+        public string[] Stop;
+        // Every sampled token and the text that became final with it, on the
+        // stepping thread (see Generation.Wait for when the last one has run).
+        public Action<int, string> OnToken;
+    }
+
+    // One dialogue: history in the shared KV cache, queued input, logits, a
+    // sampler and at most one running generation.
+    public sealed partial class Conversation : IDisposable
+    {
+        internal readonly ConversationHandle Handle;
+
+        internal Conversation(ConversationHandle handle) { Handle = handle; }
+
+        public ulong Id
+        {
+            get { ulong id; Native.Check(Native.weft_conversation_id(Handle, out id)); return id; }
+        }
+
+        // Queues text (decoded by later steps, in chunks); never waits.
+        public void Prompt(string text, bool addBos = false, bool parseSpecial = false)
+        {
+            PromptUtf8(Native.Utf8(text), addBos, parseSpecial);
+        }
+
+        public void PromptUtf8(byte[] utf8, bool addBos = false, bool parseSpecial = false)
+        {
+            Native.Check(Native.weft_conversation_prompt_text(Handle, utf8, Native.Size(utf8.Length),
+                Model.TextFlags(addBos, parseSpecial)));
+        }
+
+        public void Prompt(int[] tokens)
+        {
+            Native.Check(Native.weft_conversation_prompt_tokens(Handle, tokens, Native.Size(tokens.Length)));
+        }
+
+        // Fork, Rewind, Remove and ShiftLeft change the tokens now and never
+        // wait for a running step; the KV cache follows at once when nobody
+        // else steps, else at the stepper's (the worker's) next boundary.
+        //
+        // Same history, queue, logits and sampler; shares the decoded prefix.
+        public Conversation Fork()
+        {
+            ConversationHandle h;
+            Native.Check(Native.weft_conversation_fork(Handle, out h));
+            return new Conversation(h);
+        }
+
+        public void Rewind(int n) { Native.Check(Native.weft_conversation_rewind(Handle, Count(n, "n"))); }
+
+        public void Remove(int start, int end)
+        {
+            Native.Check(Native.weft_conversation_remove(Handle, Count(start, "start"), Count(end, "end")));
+        }
+
+        public void ShiftLeft(int keep, int discard)
+        {
+            Native.Check(Native.weft_conversation_shift_left(Handle, Count(keep, "keep"), Count(discard, "discard")));
+        }
+
+        public int TokenCount { get { uint n; Native.Check(Native.weft_conversation_n_tokens(Handle, out n)); return (int)n; } }
+        public int DecodedCount { get { uint n; Native.Check(Native.weft_conversation_n_decoded(Handle, out n)); return (int)n; } }
+        public int QueuedCount { get { uint n; Native.Check(Native.weft_conversation_n_queued(Handle, out n)); return (int)n; } }
+        public int CellCount { get { uint n; Native.Check(Native.weft_conversation_n_cells(Handle, out n)); return (int)n; } }
+
+        // History followed by queued input.
+        public int[] Tokens
+        {
+            get
+            {
+                return Native.GetArray<int>((int[] buf, UIntPtr cap, out UIntPtr n) =>
+                    Native.weft_conversation_tokens(Handle, buf, cap, out n));
+            }
+        }
+
+        public bool HasLogits
+        {
+            get { int r; Native.Check(Native.weft_conversation_has_logits(Handle, out r)); return r != 0; }
+        }
+
+        public float[] GetLogits()
+        {
+            return Native.GetArray<float>((float[] buf, UIntPtr cap, out UIntPtr n) =>
+                Native.weft_conversation_logits(Handle, buf, cap, out n));
+        }
+
+        // Into a caller's buffer of VocabSize floats (no allocation per frame).
+        public void GetLogits(float[] destination)
+        {
+            UIntPtr n;
+            Native.Check(Native.weft_conversation_logits(Handle, destination, Native.Size(destination.Length), out n));
+        }
+
+        // Samples from the current logits with the conversation's sampler;
+        // the token is not queued (Prompt it to keep it).
+        public int Sample()
+        {
+            int t;
+            Native.Check(Native.weft_conversation_sample(Handle, out t));
+            return t;
+        }
+
+        public void SetSampler(SamplerParams p)
+        {
+            if (p == null) throw new ArgumentNullException("p");
+            using (var mem = new CallMemory())
+            {
+                var n = p.ToNative(mem);
+                Native.Check(Native.weft_conversation_set_sampler(Handle, ref n));
+            }
+        }
+
+        public void SetPriority(int priority) { Native.Check(Native.weft_conversation_set_priority(Handle, priority)); }
+
+        // The error a step hit for this conversation (input is held back
+        // until ClearError); null when none.
+        public WeftException Error
+        {
+            get
+            {
+                Status code = Status.Ok;
+                var msg = Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
+                    Native.weft_conversation_error(Handle, out code, buf, cap, out len));
+                return code == Status.Ok ? null : new WeftException(code, msg);
+            }
+        }
+
+        public void ClearError() { Native.Check(Native.weft_conversation_clear_error(Handle)); }
+
+        public bool IsDisposed
+        {
+            get { int r; Native.Check(Native.weft_conversation_is_disposed(Handle, out r)); return r != 0; }
+        }
+
+        public Generation Generate(GenerateParams p = null)
+        {
+            p = p ?? new GenerateParams();
+            var n = new GenerateParamsNative();
+            Native.Check(Native.weft_generate_params_init(ref n, Native.Size(Marshal.SizeOf(typeof(GenerateParamsNative)))));
+            if (p.MaxTokens < 0) throw new ArgumentOutOfRangeException("MaxTokens", p.MaxTokens, "must be >= 1");
+            n.max_tokens = (uint)p.MaxTokens;
+            TokenSink sink = null;
+            var ud = IntPtr.Zero;
+            using (var mem = new CallMemory())
+            {
+                if (p.Sampler != null) n.sampler = mem.Struct(p.Sampler.ToNative(mem));
+                if (p.Stop != null && p.Stop.Length > 0)
+                {
+                    var ptrs = new IntPtr[p.Stop.Length];
+                    for (int i = 0; i < ptrs.Length; ++i)
+                    {
+                        if (p.Stop[i] == null) throw new ArgumentNullException("Stop[" + i + "]");
+                        ptrs[i] = mem.Utf8z(p.Stop[i]);
+                    }
+                    n.stop = mem.PointerArray(ptrs);
+                    n.n_stop = Native.Size(ptrs.Length);
+                }
+                if (p.OnToken != null)
+                {
+                    sink = new TokenSink { OnToken = p.OnToken };
+                    ud = Trampolines.Pin(sink);
+                    n.on_token = Trampolines.Token;
+                    n.user_data = ud;
+                    n.user_data_free = Trampolines.Free;  // weft frees the GCHandle after the last call
+                }
+                GenerationHandle h;
+                var status = Native.weft_conversation_generate(Handle, ref n, out h);
+                if (status != Status.Ok && ud != IntPtr.Zero) Trampolines.Unpin(ud);
+                Native.Check(status);
+                return new Generation(h, sink);
+            }
+        }
+
+        // The running generation, or null (without its callback bookkeeping).
+        public Generation CurrentGeneration
+        {
+            get
+            {
+                GenerationHandle h;
+                Native.Check(Native.weft_conversation_generation(Handle, out h));
+                if (h.IsInvalid) return null;
+                return new Generation(h, null);
+            }
+        }
+
+        // Frees the handle, which disposes the conversation in weft (its slot
+        // and KV cells). A borrowed one (PressureInfo) is left alone.
+        public void Dispose() { Handle.Dispose(); }
+
+        private static uint Count(int n, string name)
+        {
+            if (n < 0) throw new ArgumentOutOfRangeException(name, n, "must be >= 0");
+            return (uint)n;
+        }
+    }
+}

@@ -1,0 +1,113 @@
+// Weft.Generation.cs — Generation: sampling step by step; poll it, wait
+// for it, cancel it (include/weft/c/generation.h). Part of the binding; the
+// rules are in Weft.cs.
+using System;
+using System.Threading;
+
+namespace Weft
+{
+    // A running generation: poll it, wait for it, cancel it; readable after
+    // its conversation is gone.
+    public sealed class Generation : IDisposable
+    {
+        internal readonly GenerationHandle Handle;
+        private readonly TokenSink sink;
+
+        internal Generation(GenerationHandle handle, TokenSink sink)
+        {
+            Handle = handle;
+            this.sink = sink;
+        }
+
+        // Done, and (with an OnToken callback) every token's callback has run.
+        public bool IsDone
+        {
+            get
+            {
+                int done;
+                Native.Check(Native.weft_generation_is_done(Handle, out done));
+                return done != 0 && CallbacksCaughtUp(0);
+            }
+        }
+
+        public FinishReason Reason
+        {
+            get { int r; Native.Check(Native.weft_generation_reason(Handle, out r)); return (FinishReason)r; }
+        }
+
+        public int TokenCount
+        {
+            get { UIntPtr n; Native.Check(Native.weft_generation_n_tokens(Handle, out n)); return Native.Int(n); }
+        }
+
+        // The text released so far; complete once done.
+        public string Text
+        {
+            get
+            {
+                return Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
+                    Native.weft_generation_text(Handle, buf, cap, out len));
+            }
+        }
+
+        public int[] Tokens
+        {
+            get
+            {
+                return Native.GetArray<int>((int[] buf, UIntPtr cap, out UIntPtr n) =>
+                    Native.weft_generation_tokens(Handle, buf, cap, out n));
+            }
+        }
+
+        // For Reason == Error: what went wrong; null otherwise.
+        public WeftException Error
+        {
+            get
+            {
+                Status code = Status.Ok;
+                var msg = Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
+                    Native.weft_generation_error(Handle, out code, buf, cap, out len));
+                return code == Status.Ok ? null : new WeftException(code, msg);
+            }
+        }
+
+        // The first exception the OnToken callback threw (it is caught at the
+        // native boundary: nothing may unwind into weft).
+        public Exception CallbackException { get { return sink == null ? null : sink.Error; } }
+
+        // Waits until done and, with an OnToken callback, until every sampled
+        // token's callback has returned (weft may report done just before the
+        // last callback runs on the stepping thread). Someone must be stepping.
+        public bool Wait(TimeSpan timeout)
+        {
+            var start = DateTime.UtcNow;
+            var ms = (uint)Math.Max(0, Math.Min(uint.MaxValue, timeout.TotalMilliseconds));
+            int done;
+            Native.Check(Native.weft_generation_wait(Handle, ms, out done));
+            if (done == 0) return false;
+            var left = timeout - (DateTime.UtcNow - start);
+            return CallbacksCaughtUp(Math.Max(0, (int)Math.Min(int.MaxValue, left.TotalMilliseconds)));
+        }
+
+        public void Cancel() { Native.Check(Native.weft_generation_cancel(Handle)); }
+
+        public void Dispose() { Handle.Dispose(); }
+
+        private bool CallbacksCaughtUp(int timeoutMs)
+        {
+            if (sink == null) return true;
+            var expected = TokenCount;
+            var deadline = DateTime.UtcNow.AddMilliseconds(timeoutMs);
+            lock (sink)
+            {
+                while (sink.Calls < expected)
+                {
+                    var left = (int)(deadline - DateTime.UtcNow).TotalMilliseconds;
+                    if (left <= 0) return false;
+                    Monitor.Wait(sink, left);
+                }
+            }
+            return true;
+        }
+    }
+}

@@ -1,0 +1,158 @@
+// Weft.Model.cs — Model: a loaded GGUF file (include/weft/c/model.h).
+// Part of the binding; the rules are in Weft.cs.
+using System;
+using System.Runtime.InteropServices;
+
+namespace Weft
+{
+    public sealed class ModelParams
+    {
+        public int GpuLayers;
+        public bool UseMmap;
+        public bool VocabOnly;
+        // Progress in [0, 1] on the loading thread; return false to cancel.
+        public Func<float, bool> OnProgress;
+
+        public ModelParams()
+        {
+            var n = Defaults();
+            GpuLayers = n.n_gpu_layers;
+            UseMmap = n.use_mmap != 0;
+            VocabOnly = n.vocab_only != 0;
+        }
+
+        internal static ModelParamsNative Defaults()
+        {
+            var n = new ModelParamsNative();
+            Native.Check(Native.weft_model_params_init(ref n, Native.Size(Marshal.SizeOf(typeof(ModelParamsNative)))));
+            return n;
+        }
+    }
+
+    public struct ModelInfo
+    {
+        public long ParameterCount, SizeBytes;
+        public ulong Fingerprint;
+        public int VocabSize, TrainContext, EmbeddingSize, LayerCount, Bos, Eos;
+    }
+
+    // A loaded GGUF model: immutable, shared by executors and threads.
+    public sealed class Model : IDisposable
+    {
+        internal readonly ModelHandle Handle;
+
+        private Model(ModelHandle handle) { Handle = handle; }
+
+        public static Model Load(string path, ModelParams p = null)
+        {
+            if (path == null) throw new ArgumentNullException("path");
+            p = p ?? new ModelParams();
+            var n = ModelParams.Defaults();
+            n.n_gpu_layers = p.GpuLayers;
+            n.use_mmap = p.UseMmap ? 1 : 0;
+            n.vocab_only = p.VocabOnly ? 1 : 0;
+            var progress = IntPtr.Zero;
+            using (var mem = new CallMemory())
+            {
+                n.path = mem.Utf8z(path);
+                if (p.OnProgress != null)
+                {
+                    // Called during the load only: the handle goes right after.
+                    progress = Trampolines.Pin(p.OnProgress);
+                    n.on_progress = Trampolines.Progress;
+                    n.progress_user_data = progress;
+                }
+                try
+                {
+                    ModelHandle h;
+                    Native.Check(Native.weft_model_load(ref n, out h));
+                    return new Model(h);
+                }
+                finally
+                {
+                    if (progress != IntPtr.Zero) Trampolines.Unpin(progress);
+                }
+            }
+        }
+
+        public int VocabSize
+        {
+            get { int n; Native.Check(Native.weft_model_n_vocab(Handle, out n)); return n; }
+        }
+
+        public ModelInfo Info
+        {
+            get
+            {
+                var n = new ModelInfoNative { struct_size = Native.Size(Marshal.SizeOf(typeof(ModelInfoNative))) };
+                Native.Check(Native.weft_model_get_info(Handle, ref n));
+                return new ModelInfo
+                {
+                    ParameterCount = (long)n.n_params, SizeBytes = (long)n.size_bytes, Fingerprint = n.fingerprint,
+                    VocabSize = n.n_vocab, TrainContext = n.n_ctx_train, EmbeddingSize = n.n_embd,
+                    LayerCount = n.n_layer, Bos = n.bos, Eos = n.eos,
+                };
+            }
+        }
+
+        public int[] Tokenize(string text, bool addBos = false, bool parseSpecial = false)
+        {
+            return TokenizeUtf8(Native.Utf8(text), addBos, parseSpecial);
+        }
+
+        // Raw bytes, validated as UTF-8 by weft (Status.InvalidArgument otherwise).
+        public int[] TokenizeUtf8(byte[] utf8, bool addBos = false, bool parseSpecial = false)
+        {
+            var flags = TextFlags(addBos, parseSpecial);
+            return Native.GetArray<int>((int[] buf, UIntPtr cap, out UIntPtr n) =>
+                Native.weft_model_tokenize(Handle, utf8, Native.Size(utf8.Length), flags, buf, cap, out n));
+        }
+
+        public string Detokenize(int[] tokens, bool removeSpecial = false, bool renderSpecial = false)
+        {
+            uint flags = (removeSpecial ? 1u : 0u) | (renderSpecial ? 2u : 0u);
+            return Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
+                Native.weft_model_detokenize(Handle, tokens, Native.Size(tokens.Length), flags, buf, cap, out len));
+        }
+
+        // The bytes of one token: maybe a partial UTF-8 sequence, so bytes,
+        // not a string (join pieces before decoding).
+        public byte[] TokenPiece(int token, bool renderSpecial = false)
+        {
+            uint flags = renderSpecial ? 2u : 0u;
+            return Native.GetBytes((byte[] buf, UIntPtr cap, out UIntPtr len) =>
+                Native.weft_model_token_piece(Handle, token, flags, buf, cap, out len));
+        }
+
+        public bool IsEndOfGeneration(int token)
+        {
+            int eog;
+            Native.Check(Native.weft_model_is_eog(Handle, token, out eog));
+            return eog != 0;
+        }
+
+        public string Description
+        {
+            get
+            {
+                return Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
+                    Native.weft_model_description(Handle, buf, cap, out len));
+            }
+        }
+
+        // A metadata value ("general.name"); "" when absent.
+        public string Meta(string key)
+        {
+            var k = Native.Utf8z(key);
+            return Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
+                Native.weft_model_meta(Handle, k, buf, cap, out len));
+        }
+
+        internal static uint TextFlags(bool addBos, bool parseSpecial)
+        {
+            return (addBos ? 1u : 0u) | (parseSpecial ? 2u : 0u);
+        }
+
+        public void Dispose() { Handle.Dispose(); }
+    }
+}

@@ -1,0 +1,193 @@
+// Weft.Native.Types.cs — the P/Invoke layer's types: SafeHandle types for
+// weft's handles, blittable struct mirrors and the callback signatures.
+// Part of the P/Invoke layer (Weft.Native.cs).
+//
+// Every struct here mirrors one in include/weft/c/*.h field for field (same
+// order, same widths; size_t = UIntPtr, pointers = IntPtr, weft_bool = int).
+// Each carries its own size in struct_size, so a mismatch is refused by the
+// library with Status.StructSize rather than misread.
+using System;
+using System.Runtime.InteropServices;
+
+namespace Weft
+{
+#if !UNITY_5_3_OR_NEWER
+    // IL2CPP and Mono's full-AOT look for this attribute by name on static
+    // methods handed to native code; Unity provides AOT.MonoPInvokeCallback.
+    [AttributeUsage(AttributeTargets.Method)]
+    internal sealed class MonoPInvokeCallbackAttribute : Attribute
+    {
+        public MonoPInvokeCallbackAttribute(Type delegateType) { DelegateType = delegateType; }
+        public Type DelegateType { get; private set; }
+    }
+#endif
+
+    // --- Handles: freed by the matching weft_*_free exactly once -------------
+
+    internal abstract class WeftHandle : SafeHandle
+    {
+        protected WeftHandle() : base(IntPtr.Zero, true) { }
+        protected WeftHandle(IntPtr existing, bool owns) : base(IntPtr.Zero, owns) { SetHandle(existing); }
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+    }
+
+    internal sealed class ModelHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_model_free(handle) == Status.Ok; }
+    }
+
+    internal sealed class ExecutorHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_executor_free(handle) == Status.Ok; }
+    }
+
+    internal sealed class ConversationHandle : WeftHandle
+    {
+        public ConversationHandle() { }
+        // A borrowed handle (a pressure callback's): never freed by us.
+        public ConversationHandle(IntPtr borrowed) : base(borrowed, false) { }
+        protected override bool ReleaseHandle() { return Native.weft_conversation_free(handle) == Status.Ok; }
+    }
+
+    internal sealed class GenerationHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_generation_free(handle) == Status.Ok; }
+    }
+
+    internal sealed class EventListHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_event_list_free(handle) == Status.Ok; }
+    }
+
+    internal sealed class BytesHandle : WeftHandle
+    {
+        public BytesHandle() { }
+        // One weft handed over (a save_async callback's): ours to free.
+        public BytesHandle(IntPtr owned) : base(owned, true) { }
+        protected override bool ReleaseHandle() { return Native.weft_bytes_free(handle) == Status.Ok; }
+    }
+
+    internal sealed class ConversationListHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_conversation_list_free(handle) == Status.Ok; }
+    }
+
+    // --- Struct mirrors ------------------------------------------------------
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct ModelParamsNative
+    {
+        public UIntPtr struct_size;
+        public IntPtr path;
+        public IntPtr on_progress;
+        public IntPtr progress_user_data;
+        public int n_gpu_layers;
+        public int use_mmap;
+        public int vocab_only;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct ModelInfoNative
+    {
+        public UIntPtr struct_size;
+        public ulong n_params, size_bytes, fingerprint;
+        public int n_vocab, n_ctx_train, n_embd, n_layer, bos, eos;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct ExecutorParamsNative
+    {
+        public UIntPtr struct_size;
+        public IntPtr on_pressure, pressure_user_data, pressure_user_data_free;
+        public IntPtr spill_disk_dir;
+        public ulong spill_ram_bytes, spill_disk_bytes;
+        public UIntPtr events_capacity;
+        public uint n_ctx, n_batch, n_ubatch, n_seq_max;
+        public int n_threads, kv_type, flash_attn, pressure;
+        public uint max_prompt_chunk;
+        public int events, spill_recompute;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct StepBudgetNative
+    {
+        public UIntPtr struct_size;
+        public long max_time_us, deadline_us;
+        public uint max_tokens;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct StepResultNative
+    {
+        public UIntPtr struct_size;
+        public double seconds, decode_seconds;
+        public uint tokens_decoded, conversations, tokens_sampled, decode_calls, failed, blocked;
+        public int idle, deadline_hit;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct ExecutorStatsNative
+    {
+        public UIntPtr struct_size;
+        public ulong queued_tokens, steps, tokens_decoded, tokens_sampled, decode_failures, deadline_stops,
+            events_dropped, cost_model_samples, ram_bytes, disk_bytes, parks, restores, recomputes;
+        public double step_ms_p50, step_ms_p99, decode_ms_p50, predicted_ms_per_token, park_ms, restore_ms;
+        public uint n_ctx, cells_used, cells_free, n_seq_max, slots_used, conversations, generating,
+            resident, parked_ram, parked_disk, parked_recompute;
+        public int worker_running;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct WorkerParamsNative
+    {
+        public UIntPtr struct_size;
+        public IntPtr budget;
+        public uint idle_wait_ms;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct EventNative
+    {
+        public UIntPtr struct_size;
+        public ulong conversation;
+        public IntPtr text;
+        public UIntPtr text_len;
+        public IntPtr error_message;
+        public int kind, token, reason, error_code;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct SamplerParamsNative
+    {
+        public UIntPtr struct_size;
+        public IntPtr grammar, grammar_root;
+        public float temperature, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty;
+        public int top_k, penalty_last_n;
+        public uint seed;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct GenerateParamsNative
+    {
+        public UIntPtr struct_size;
+        public IntPtr sampler, stop;
+        public UIntPtr n_stop;
+        public IntPtr on_token, user_data, user_data_free;
+        public uint max_tokens;
+    }
+
+    // --- Callback signatures (cdecl, user_data last) -------------------------
+
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate void FreeFn(IntPtr userData);
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate void LogFn(int level, IntPtr line, UIntPtr len, IntPtr userData);
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate int ProgressFn(float progress, IntPtr userData);
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate void PressureFn(IntPtr conversation, uint neededCells, uint freeCells, IntPtr userData);
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate void TokenFn(int token, IntPtr text, UIntPtr len, IntPtr userData);
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate void SaveFn(Status status, IntPtr bytes, IntPtr message, IntPtr userData);
+}

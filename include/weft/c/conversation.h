@@ -1,0 +1,112 @@
+// weft/c/conversation.h — one dialogue: token history in the shared KV
+// cache, queued input, logits, a sampler and at most one running
+// generation (weft/c/generation.h). Saving and parking: weft/c/state.h.
+//
+// Part of weft.h (include that one; the rules it states apply here).
+#ifndef WEFT_C_CONVERSATION_H
+#define WEFT_C_CONVERSATION_H
+
+#include "weft/c/common.h"
+#include "weft/c/errors.h"
+
+WEFT_BEGIN_DECL
+
+// A new, empty conversation (nothing queued or decoded, no slot yet).
+WEFT_C_API weft_status weft_conversation_create(weft_executor *executor, weft_conversation **out);
+// Frees the handle, which disposes the conversation (its slot and KV cells
+// are released at once, or at the stepper's next boundary: see "Waiting" in
+// weft.h; never waits).
+WEFT_C_API weft_status weft_conversation_free(weft_conversation *conversation);
+// Disposes without freeing the handle: later operations fail with
+// WEFT_ERR_DISPOSED. Idempotent.
+WEFT_C_API weft_status weft_conversation_dispose(weft_conversation *conversation);
+WEFT_C_API weft_status weft_conversation_is_disposed(const weft_conversation *conversation, weft_bool *out);
+// The executor-unique id (never reused).
+WEFT_C_API weft_status weft_conversation_id(const weft_conversation *conversation, uint64_t *out);
+
+// Queues input; never decodes or waits for a decode. Any length: long input
+// is decoded over several steps. `flags`: WEFT_TEXT_*. WEFT_ERR_OUT_OF_RANGE
+// when the conversation would exceed n_ctx (or, under WEFT_PRESSURE_FAIL,
+// the free cells) or for a token id outside the vocabulary;
+// WEFT_ERR_INVALID_ARGUMENT for empty input or while a generation runs.
+WEFT_C_API weft_status weft_conversation_prompt_text(weft_conversation *conversation, const char *text, size_t len,
+                                                     uint32_t flags);
+WEFT_C_API weft_status weft_conversation_prompt_tokens(weft_conversation *conversation, const weft_token *tokens,
+                                                       size_t n_tokens);
+
+// Fork, rewind, remove and shift_left change the conversation's tokens now
+// and never wait for a running step: the KV cache follows at once when
+// nobody else steps, else at the stepper's next boundary (see "Waiting" in
+// weft.h). Until then n_cells, residency and the executor's cell counts
+// show the cache as it is.
+//
+// A new conversation with the same history, queued input, logits and
+// sampler state, sharing the decoded prefix in the cache (without a free
+// slot an idle conversation is parked to make one, or the child starts
+// parked). WEFT_ERR_OUT_OF_RANGE when it needs a slot and none can be had.
+WEFT_C_API weft_status weft_conversation_fork(weft_conversation *conversation, weft_conversation **out);
+// Drops the last n tokens (queued first, then decoded); cancels a running
+// generation. WEFT_ERR_OUT_OF_RANGE when n > n_tokens.
+WEFT_C_API weft_status weft_conversation_rewind(weft_conversation *conversation, uint32_t n);
+// Removes history positions [p0, p1) and moves later tokens down.
+// WEFT_ERR_OUT_OF_RANGE unless p0 <= p1 <= n_decoded.
+WEFT_C_API weft_status weft_conversation_remove(weft_conversation *conversation, uint32_t p0, uint32_t p1);
+// Context shift: keep the first `keep` tokens, drop the next `discard`.
+WEFT_C_API weft_status weft_conversation_shift_left(weft_conversation *conversation, uint32_t keep,
+                                                    uint32_t discard);
+
+WEFT_C_API weft_status weft_conversation_n_tokens(const weft_conversation *conversation, uint32_t *out);
+WEFT_C_API weft_status weft_conversation_n_decoded(const weft_conversation *conversation, uint32_t *out);
+WEFT_C_API weft_status weft_conversation_n_queued(const weft_conversation *conversation, uint32_t *out);
+// KV cells it references (shared ones included), as of the last step
+// boundary.
+WEFT_C_API weft_status weft_conversation_n_cells(const weft_conversation *conversation, uint32_t *out);
+// History (decoded) followed by queued input.
+WEFT_C_API weft_status weft_conversation_tokens(const weft_conversation *conversation, weft_token *tokens,
+                                                size_t capacity, size_t *out_n);
+
+// *out = 1 when logits for the last token are ready (input fully decoded).
+WEFT_C_API weft_status weft_conversation_has_logits(const weft_conversation *conversation, weft_bool *out);
+// Copies the n_vocab logits. WEFT_ERR_INVALID_ARGUMENT when not ready. They
+// stay until the next decode of this conversation replaces them.
+WEFT_C_API weft_status weft_conversation_logits(const weft_conversation *conversation, float *logits,
+                                                size_t capacity, size_t *out_n);
+// Samples from the current logits with the conversation's sampler and
+// advances its state; the token is not queued (prompt it to keep it).
+WEFT_C_API weft_status weft_conversation_sample(weft_conversation *conversation, weft_token *out);
+
+typedef struct weft_sampler_params {
+  size_t struct_size;
+  const char *grammar;       // NUL-terminated GBNF grammar; NULL or "" = none. Default NULL
+  const char *grammar_root;  // NUL-terminated start rule; NULL = "root". Default NULL
+  float temperature;         // 0 = greedy. Default 0
+  float top_p;               // (0, 1]; 1 = off. Default 1
+  float min_p;               // [0, 1]; 0 = off. Default 0
+  float repeat_penalty;      // > 0; 1 = off. Default 1
+  float frequency_penalty;   // 0 = off. Default 0
+  float presence_penalty;    // 0 = off. Default 0
+  int32_t top_k;             // 0 = off. Default 0
+  int32_t penalty_last_n;    // tokens the penalties look at; -1 = whole context. Default 64
+  uint32_t seed;             // RNG seed for temperature > 0. Default 0
+} weft_sampler_params;
+
+WEFT_C_API weft_status weft_sampler_params_init(weft_sampler_params *params, size_t struct_size);
+// The conversation's own sampler (used by sample and by generations without
+// their own). Default greedy. WEFT_ERR_INVALID_ARGUMENT for bad values or an
+// unparsable grammar.
+WEFT_C_API weft_status weft_conversation_set_sampler(weft_conversation *conversation,
+                                                     const weft_sampler_params *params);
+// Higher goes first when a step cannot serve everyone; a conversation waiting
+// behind higher ones rises a level every 8 steps, so none starves.
+WEFT_C_API weft_status weft_conversation_set_priority(weft_conversation *conversation, int32_t priority);
+
+// The last error a step hit for this conversation: *out_code = WEFT_OK when
+// none, else its code and its message in buf (NUL-terminated). While set,
+// its input is held back (not lost) until weft_conversation_clear_error.
+WEFT_C_API weft_status weft_conversation_error(const weft_conversation *conversation, weft_status *out_code,
+                                               char *buf, size_t capacity, size_t *out_len);
+WEFT_C_API weft_status weft_conversation_clear_error(weft_conversation *conversation);
+
+WEFT_END_DECL
+
+#endif  // WEFT_C_CONVERSATION_H

@@ -1,0 +1,181 @@
+// weft/c/executor.h — one llama.cpp context shared by many conversations:
+// creating it, stepping it (by hand or on its worker thread), its stats.
+//
+// Part of weft.h (include that one; the rules it states apply here).
+#ifndef WEFT_C_EXECUTOR_H
+#define WEFT_C_EXECUTOR_H
+
+#include "weft/c/common.h"
+#include "weft/c/errors.h"
+
+WEFT_BEGIN_DECL
+
+typedef enum weft_kv_type { WEFT_KV_F16 = 0, WEFT_KV_F32 = 1, WEFT_KV_Q8_0 = 2 } weft_kv_type;
+typedef enum weft_flash_attn {
+  WEFT_FLASH_ATTN_AUTO = 0,
+  WEFT_FLASH_ATTN_ENABLED = 1,
+  WEFT_FLASH_ATTN_DISABLED = 2,
+} weft_flash_attn;
+// What happens when queued input cannot get KV cells now.
+typedef enum weft_pressure_policy {
+  WEFT_PRESSURE_WAIT = 0,      // it stays queued until cells free up
+  WEFT_PRESSURE_FAIL = 1,      // prompting refuses what cannot fit now
+  WEFT_PRESSURE_CALLBACK = 2,  // on_pressure runs, then the step plans once more
+} weft_pressure_policy;
+
+// Called on the stepping thread when `conversation` needs `needed_cells` KV
+// cells and `free_cells` are free. `conversation` is borrowed: valid during
+// the call only, not to be freed; it may be rewound, shifted, disposed or
+// forked here (applied at once).
+typedef void (*weft_pressure_callback)(weft_conversation *conversation, uint32_t needed_cells, uint32_t free_cells,
+                                       void *user_data);
+
+typedef struct weft_executor_params {
+  size_t struct_size;
+  weft_pressure_callback on_pressure;  // required with WEFT_PRESSURE_CALLBACK
+  void *pressure_user_data;
+  weft_free_fn pressure_user_data_free;  // see "Callbacks" in weft.h
+  // Parking (spill) tiers, used before the pressure policy: conversations
+  // beyond the slots or cells are parked and restored when they next run.
+  const char *spill_disk_dir;  // NUL-terminated directory for the disk tier; NULL or "" = none. Default NULL
+  uint64_t spill_ram_bytes;    // RAM for parked KV data; 0 = no RAM tier. Default 1 GiB
+  uint64_t spill_disk_bytes;   // disk budget. Default 8 GiB
+  size_t events_capacity;     // most unread events kept; older ones are dropped. Default 65536; >= 1
+  uint32_t n_ctx;             // KV cells shared by all conversations. Default 4096
+  uint32_t n_batch;           // most tokens per decode and per step. Default 512; >= n_seq_max
+  uint32_t n_ubatch;          // micro-batch; 0 = n_batch. Default 0
+  uint32_t n_seq_max;         // conversations resident at once, [1, 256]. Default 16
+  int32_t n_threads;          // decode threads; 0 = all hardware threads. Default 0
+  int32_t kv_type;            // a weft_kv_type. Default WEFT_KV_F16
+  // A weft_flash_attn. Default WEFT_FLASH_ATTN_AUTO: off on the CPU (llama.cpp's
+  // CPU kernel slows with depth); llama.cpp decides with GPU layers or a q8_0 KV.
+  int32_t flash_attn;
+  int32_t pressure;           // a weft_pressure_policy. Default WEFT_PRESSURE_WAIT
+  uint32_t max_prompt_chunk;  // most prompt tokens per conversation per step; 0 = no cap. Default 0
+  weft_bool events;           // post tokens, finished generations and errors for
+                              // weft_executor_poll_events (a main thread that must
+                              // not be called back). Default 0
+  weft_bool spill_recompute;  // last resort when the tiers are full: keep tokens only,
+                              // re-decode on return; 0 = such a one stays resident. Default 1
+} weft_executor_params;
+
+WEFT_C_API weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size);
+
+// Creates the context; `params` NULL = defaults. WEFT_ERR_INVALID_ARGUMENT
+// for parameters outside their ranges, WEFT_ERR_BACKEND when llama.cpp
+// cannot create the context.
+WEFT_C_API weft_status weft_executor_create(const weft_model *model, const weft_executor_params *params,
+                                            weft_executor **out);
+// Stops the worker, ends running generations (reason cancelled) and frees
+// the context once no other thread is inside a call on this executor. One
+// of the few calls that wait for a running step (the context goes). Its
+// conversations' operations then fail with WEFT_ERR_DISPOSED, and a
+// weft_conversation_save_async still pending calls back with it, on this
+// thread.
+WEFT_C_API weft_status weft_executor_free(weft_executor *executor);
+
+typedef struct weft_step_budget {
+  size_t struct_size;
+  // Soft wall-clock target: decode what the cost model (learned from the
+  // batches decoded so far) predicts fits, at least one conversation's
+  // worth. 0 = none. Default 0.
+  int64_t max_time_us;
+  // Hard limit, relative to the call: stop between micro-batches (and abort
+  // one in flight) once this much time has passed; decoded work is kept, the
+  // rest stays queued. 0 = none. Default 0. Not for the worker.
+  int64_t deadline_us;
+  uint32_t max_tokens;  // most tokens to decode; 0 = n_batch (as in C++ and C#). Default 0; at most n_batch
+} weft_step_budget;
+
+WEFT_C_API weft_status weft_step_budget_init(weft_step_budget *budget, size_t struct_size);
+
+typedef struct weft_step_result {
+  size_t struct_size;
+  double seconds;           // wall time of the step
+  double decode_seconds;    // of which in llama_decode
+  uint32_t tokens_decoded;  // tokens that entered the KV cache
+  uint32_t conversations;   // conversations that advanced
+  uint32_t tokens_sampled;  // tokens sampled for generations
+  uint32_t decode_calls;    // llama_decode calls
+  uint32_t failed;          // conversations whose decode failed (see weft_conversation_error)
+  uint32_t blocked;         // conversations waiting for KV cells or a slot
+  weft_bool idle;           // there was nothing to do
+  weft_bool deadline_hit;   // the hard deadline stopped the step early
+} weft_step_result;
+
+// One scheduling round: sample for generations, decode one batch within the
+// budget, hand out logits, run on_token callbacks on this thread. `budget`
+// NULL = defaults; `out` may be NULL (else set out->struct_size). Steps from
+// several threads run one after the other: a step asked for while another
+// runs (the worker's, say) waits for it. Called from a callback on the
+// stepping thread it fails with WEFT_ERR_INVALID_ARGUMENT instead of waiting
+// for itself. Decode failures do not fail the call: they reach the
+// conversations concerned.
+WEFT_C_API weft_status weft_executor_step(weft_executor *executor, const weft_step_budget *budget,
+                                          weft_step_result *out);
+
+typedef struct weft_executor_stats {
+  size_t struct_size;
+  uint64_t queued_tokens;
+  uint64_t steps;
+  uint64_t tokens_decoded;
+  uint64_t tokens_sampled;
+  uint64_t decode_failures;
+  uint64_t deadline_stops;      // steps cut short by a hard deadline
+  uint64_t events_dropped;      // events beyond events_capacity
+  uint64_t cost_model_samples;  // batches the time-budget cost model learned from
+  uint64_t ram_bytes;           // parked KV data in RAM (shared by forks once)
+  uint64_t disk_bytes;          // parked KV data on disk
+  uint64_t parks;               // conversations parked so far
+  uint64_t restores;            // restored from RAM or disk
+  uint64_t recomputes;          // re-decoded from tokens instead
+  double step_ms_p50;           // over the last 1024 steps that did work
+  double step_ms_p99;
+  double decode_ms_p50;
+  double predicted_ms_per_token;  // the cost model's estimate at depth 0
+  double park_ms;               // total time spent parking
+  double restore_ms;            // total time spent restoring
+  uint32_t n_ctx;       // the real context size (llama.cpp rounds up)
+  uint32_t cells_used;  // distinct KV cells in use (shared prefixes once)
+  uint32_t cells_free;
+  uint32_t n_seq_max;
+  uint32_t slots_used;
+  uint32_t conversations;
+  uint32_t generating;
+  uint32_t resident;          // holding a slot (or nothing decoded)
+  uint32_t parked_ram;
+  uint32_t parked_disk;
+  uint32_t parked_recompute;  // tokens only
+  weft_bool worker_running;
+} weft_executor_stats;
+
+// Never waits for a running step. Set out->struct_size first. The KV
+// counts (cells, slots, residency, parks) are the cache's as it is: KV work
+// asked for while someone else steps (fork, rewind, dispose, park, ...)
+// shows from the stepper's next boundary on (see "Waiting" in weft.h).
+WEFT_C_API weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor_stats *out);
+// Free KV cells (cells shared by forks count once), as in the stats.
+WEFT_C_API weft_status weft_executor_cells_free(const weft_executor *executor, uint32_t *out);
+
+// The background worker: steps on an executor-owned thread until stopped,
+// sleeping while idle and waking on new work. on_token callbacks then run on
+// that thread; a main thread that must not be called back polls events.
+typedef struct weft_worker_params {
+  size_t struct_size;
+  const weft_step_budget *budget;  // each step's budget (deadline_us must be 0); NULL = n_batch tokens
+  uint32_t idle_wait_ms;           // longest idle sleep before looking again; > 0. Default 100
+} weft_worker_params;
+
+WEFT_C_API weft_status weft_worker_params_init(weft_worker_params *params, size_t struct_size);
+// Starts the worker (`params` NULL = defaults). WEFT_ERR_INVALID_ARGUMENT
+// when it runs already. weft_executor_step may still be called (turns).
+WEFT_C_API weft_status weft_executor_start(weft_executor *executor, const weft_worker_params *params);
+// Stops the worker after its current step and joins it (so it waits for
+// that step). Nothing is lost: input stays queued, generations stay
+// running. Idempotent.
+WEFT_C_API weft_status weft_executor_stop(weft_executor *executor);
+WEFT_C_API weft_status weft_executor_is_running(const weft_executor *executor, weft_bool *out);
+
+WEFT_END_DECL
+
+#endif  // WEFT_C_EXECUTOR_H

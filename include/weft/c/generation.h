@@ -1,0 +1,84 @@
+// weft/c/generation.h — sampling step by step: start a generation on a
+// conversation, then poll it, wait for it or cancel it.
+//
+// Part of weft.h (include that one; the rules it states apply here).
+#ifndef WEFT_C_GENERATION_H
+#define WEFT_C_GENERATION_H
+
+#include "weft/c/common.h"
+#include "weft/c/conversation.h"
+#include "weft/c/errors.h"
+
+WEFT_BEGIN_DECL
+
+typedef enum weft_finish_reason {
+  WEFT_FINISH_RUNNING = 0,
+  WEFT_FINISH_MAX_TOKENS = 1,
+  WEFT_FINISH_END_OF_GENERATION = 2,
+  WEFT_FINISH_STOP_STRING = 3,
+  WEFT_FINISH_CONTEXT_FULL = 4,
+  WEFT_FINISH_CANCELLED = 5,  // cancel, or the conversation was disposed or rewound
+  WEFT_FINISH_ERROR = 6,      // see weft_generation_error
+} weft_finish_reason;
+
+WEFT_C_API const char *weft_finish_reason_name(int32_t reason);
+
+// Called on the stepping thread for each sampled token with the text that
+// became final with it (UTF-8-complete, never part of a stop string, maybe
+// empty; NUL-terminated, also `len` bytes), never concurrently for one
+// generation. It may call weft (prompt, read, rewind, ...). It runs after
+// the step has published the token, so another thread can see the
+// generation done before the last callback has returned: user_data_free,
+// not "done", marks the end of the callbacks.
+typedef void (*weft_token_callback)(weft_token token, const char *text, size_t len, void *user_data);
+
+typedef struct weft_generate_params {
+  size_t struct_size;
+  const weft_sampler_params *sampler;  // this generation's sampler; NULL = the conversation's own
+  const char *const *stop;             // n_stop NUL-terminated UTF-8 stop strings (non-empty)
+  size_t n_stop;
+  weft_token_callback on_token;        // default NULL
+  void *user_data;
+  weft_free_fn user_data_free;         // see "Callbacks" in weft.h
+  uint32_t max_tokens;                 // >= 1. Default 128
+} weft_generate_params;
+
+WEFT_C_API weft_status weft_generate_params_init(weft_generate_params *params, size_t struct_size);
+
+// Starts generating (`params` NULL = defaults): each step decodes the last
+// sampled token and samples the next; queued input is decoded first. Every
+// sampled token joins the conversation. Never waits for a running step or
+// its sampling. WEFT_ERR_INVALID_ARGUMENT when a generation runs already,
+// the conversation is empty or has an error set, or params are invalid.
+WEFT_C_API weft_status weft_conversation_generate(weft_conversation *conversation, const weft_generate_params *params,
+                                                  weft_generation **out);
+// A new handle to the running generation; *out = NULL when none runs.
+WEFT_C_API weft_status weft_conversation_generation(const weft_conversation *conversation, weft_generation **out);
+
+WEFT_C_API weft_status weft_generation_free(weft_generation *generation);
+WEFT_C_API weft_status weft_generation_is_done(const weft_generation *generation, weft_bool *out);
+// *out = a weft_finish_reason (WEFT_FINISH_RUNNING until done).
+WEFT_C_API weft_status weft_generation_reason(const weft_generation *generation, int32_t *out);
+WEFT_C_API weft_status weft_generation_n_tokens(const weft_generation *generation, size_t *out);
+// The text released so far (complete once done), NUL-terminated. It grows
+// while the generation runs: on WEFT_ERR_BUFFER_TOO_SMALL, grow and retry.
+WEFT_C_API weft_status weft_generation_text(const weft_generation *generation, char *buf, size_t capacity,
+                                            size_t *out_len);
+// Every sampled token so far, the final one included.
+WEFT_C_API weft_status weft_generation_tokens(const weft_generation *generation, weft_token *tokens,
+                                              size_t capacity, size_t *out_n);
+// Waits until done or `timeout_ms` passes; *out_done says which. Someone
+// must be stepping the executor meanwhile.
+WEFT_C_API weft_status weft_generation_wait(const weft_generation *generation, uint32_t timeout_ms,
+                                            weft_bool *out_done);
+// Ends it now with reason cancelled (if still running). Never waits for a
+// decode. Sampled tokens stay in the conversation.
+WEFT_C_API weft_status weft_generation_cancel(weft_generation *generation);
+// For reason WEFT_FINISH_ERROR: the error's code and message (as
+// weft_conversation_error); *out_code = WEFT_OK otherwise.
+WEFT_C_API weft_status weft_generation_error(const weft_generation *generation, weft_status *out_code, char *buf,
+                                             size_t capacity, size_t *out_len);
+
+WEFT_END_DECL
+
+#endif  // WEFT_C_GENERATION_H

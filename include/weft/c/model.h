@@ -1,0 +1,79 @@
+// weft/c/model.h — a loaded GGUF file, immutable and shared by executors
+// and threads; its tokenizer and metadata.
+//
+// Part of weft.h (include that one; the rules it states apply here).
+#ifndef WEFT_C_MODEL_H
+#define WEFT_C_MODEL_H
+
+#include "weft/c/common.h"
+#include "weft/c/errors.h"
+
+WEFT_BEGIN_DECL
+
+// Called on the loading thread with progress in [0, 1]; return 0 to cancel.
+typedef int32_t (*weft_progress_callback)(float progress, void *user_data);
+
+typedef struct weft_model_params {
+  size_t struct_size;
+  const char *path;                    // NUL-terminated UTF-8 path of a GGUF file. Required.
+  weft_progress_callback on_progress;  // default NULL; called during weft_model_load only
+  void *progress_user_data;
+  int32_t n_gpu_layers;                // layers to offload to a GPU backend; -1 = all. Default 0
+  weft_bool use_mmap;                  // map the file instead of reading it. Default 1
+  weft_bool vocab_only;                // tokenizer only, no weights. Default 0
+} weft_model_params;
+
+WEFT_C_API weft_status weft_model_params_init(weft_model_params *params, size_t struct_size);
+
+// Loads a model. WEFT_ERR_NOT_FOUND (no such file), WEFT_ERR_INVALID_ARGUMENT
+// (a directory), WEFT_ERR_CORRUPT (not a GGUF llama.cpp can read),
+// WEFT_ERR_CANCELLED (on_progress returned 0).
+WEFT_C_API weft_status weft_model_load(const weft_model_params *params, weft_model **out);
+WEFT_C_API weft_status weft_model_free(weft_model *model);
+
+typedef struct weft_model_info {
+  size_t struct_size;
+  uint64_t n_params;
+  uint64_t size_bytes;
+  uint64_t fingerprint;  // equal files give equal fingerprints
+  int32_t n_vocab;
+  int32_t n_ctx_train;
+  int32_t n_embd;
+  int32_t n_layer;
+  weft_token bos;  // -1 when the vocabulary has none
+  weft_token eos;  // -1 when the vocabulary has none
+} weft_model_info;
+
+// Fills `out` (set out->struct_size first).
+WEFT_C_API weft_status weft_model_get_info(const weft_model *model, weft_model_info *out);
+WEFT_C_API weft_status weft_model_n_vocab(const weft_model *model, int32_t *out);
+
+// Flags for weft_model_tokenize and weft_conversation_prompt_text.
+#define WEFT_TEXT_ADD_BOS 0x1u        // prepend BOS (set it on a conversation's first prompt)
+#define WEFT_TEXT_PARSE_SPECIAL 0x2u  // parse "<s>"-style text into control tokens
+// Flags for weft_model_detokenize and weft_model_token_piece.
+#define WEFT_DETOK_REMOVE_SPECIAL 0x1u  // drop BOS/EOS (detokenize only)
+#define WEFT_DETOK_RENDER_SPECIAL 0x2u  // render control tokens as their text
+
+// Text -> tokens into `tokens[capacity]`; *out_n = the token count.
+WEFT_C_API weft_status weft_model_tokenize(const weft_model *model, const char *text, size_t len, uint32_t flags,
+                                           weft_token *tokens, size_t capacity, size_t *out_n);
+// Tokens -> UTF-8 text into `buf[capacity]` (NUL-terminated); *out_len
+// excludes the NUL. WEFT_ERR_OUT_OF_RANGE for an id outside the vocabulary.
+WEFT_C_API weft_status weft_model_detokenize(const weft_model *model, const weft_token *tokens, size_t n_tokens,
+                                             uint32_t flags, char *buf, size_t capacity, size_t *out_len);
+// The bytes of one token (NUL-terminated), which may be a partial UTF-8
+// sequence: join pieces before decoding them.
+WEFT_C_API weft_status weft_model_token_piece(const weft_model *model, weft_token token, uint32_t flags, char *buf,
+                                              size_t capacity, size_t *out_len);
+// *out = 1 for end-of-generation tokens (EOS, EOT, ...).
+WEFT_C_API weft_status weft_model_is_eog(const weft_model *model, weft_token token, weft_bool *out);
+// llama.cpp's one-line description ("llama ?B all F32").
+WEFT_C_API weft_status weft_model_description(const weft_model *model, char *buf, size_t capacity, size_t *out_len);
+// A metadata value by NUL-terminated key ("general.name"); "" when absent.
+WEFT_C_API weft_status weft_model_meta(const weft_model *model, const char *key, char *buf, size_t capacity,
+                                       size_t *out_len);
+
+WEFT_END_DECL
+
+#endif  // WEFT_C_MODEL_H

@@ -1,0 +1,125 @@
+/* Shared by the C ABI's tests (tests/capi/c_api_test*.c): the check macros,
+   numeric helpers, fixtures, and the test functions main() runs. Include it
+   first (it sets _POSIX_C_SOURCE). Only weft.h: no C++ headers. */
+#ifndef WEFT_C_API_TEST_H
+#define WEFT_C_API_TEST_H
+
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "weft/weft.h"
+
+/* --- Harness ------------------------------------------------------------- */
+
+extern int g_failures;
+extern const char *g_model_path;
+
+void failf(const char *file, int line, const char *fmt, ...);
+
+#define CHECK(cond)                                          \
+  do {                                                       \
+    if (!(cond)) failf(__FILE__, __LINE__, "%s", #cond);     \
+  } while (0)
+
+#define CHECK_OK(call)                                                                                \
+  do {                                                                                                \
+    weft_status s_ = (call);                                                                          \
+    if (s_ != WEFT_OK)                                                                                \
+      failf(__FILE__, __LINE__, "%s -> %s: %s", #call, weft_status_name(s_), weft_last_error());      \
+  } while (0)
+
+/* The call fails with `expected`, and its message names `needle`. */
+#define CHECK_ERR(call, expected, needle)                                                              \
+  do {                                                                                                 \
+    weft_status s_ = (call);                                                                           \
+    if (s_ != (expected))                                                                              \
+      failf(__FILE__, __LINE__, "%s -> %s (%s), expected %s", #call, weft_status_name(s_),             \
+            weft_last_error(), weft_status_name(expected));                                            \
+    else if (strstr(weft_last_error(), (needle)) == NULL)                                              \
+      failf(__FILE__, __LINE__, "%s: message '%s' lacks '%s'", #call, weft_last_error(), (needle));    \
+  } while (0)
+
+/* Normalised mean squared error: sum (a-b)^2 / sum b^2. */
+double nmse(const float *a, const float *b, size_t n);
+
+/* "Same logits": tests/reference.cpp measures llama.cpp's own batch noise
+   on the tiny model (max nmse 2e-8, printed by `weft_tests
+   --gtest_filter=*NoiseFloor*`); weft's C++ tests allow 8x that floor, and
+   so does this one. */
+#define LOGITS_TOLERANCE (8 * 2e-8)
+/* Greedy choices are compared only where the top two logits are further
+   apart than this many standard deviations of that noise. */
+#define MARGIN_SIGMAS 10.0
+
+size_t argmax(const float *v, size_t n, double *margin);
+double rms(const float *v, size_t n);
+/* Deterministic token ids in [3, n_vocab); one sequence for the whole run. */
+weft_token rand_token(int32_t n_vocab);
+void sleep_ms(long ms);
+double now_s(void);
+
+/* --- Shared fixtures ------------------------------------------------------ */
+
+weft_model *load_tiny(void);
+weft_executor *make_executor(weft_model *m, uint32_t n_ctx, uint32_t n_seq_max);
+void run_until_idle(weft_executor *ex);
+size_t get_logits(weft_conversation *c, float *buf, size_t cap);
+
+/* What a token callback saw. */
+typedef struct Collected {
+  weft_token tokens[256];
+  size_t n_tokens;
+  char text[4096];
+  size_t text_len;
+  int bad_text;
+} Collected;
+
+void collect_token(weft_token token, const char *text, size_t len, void *user_data);
+
+/* count_free counts its calls in g_freed (a weft_free_fn). */
+extern int g_freed;
+void count_free(void *user_data);
+
+/* The generation's text (malloc'ed; the caller frees it), after checking
+   the size query. */
+char *generation_text(weft_generation *g, size_t *len);
+void step_until_done(weft_executor *ex, weft_generation *g);
+
+/* --- The tests, by file ------------------------------------------------------ */
+
+/* c_api_test_model.c */
+void test_basics(void);
+void test_params_init(void);
+void test_model(void);
+void test_handles(void);
+void test_log(void);
+/* c_api_test_executor.c */
+void test_executor_errors(void);
+void test_budget_zero_is_n_batch(void);
+void test_worker_and_events(void);
+/* c_api_test_conversation.c */
+void test_fork_equivalence(void);
+void test_rewind_remove_shift(void);
+void test_sampler(void);
+void test_dispose_and_executor_gone(void);
+void test_pressure(void);
+/* c_api_test_generation.c */
+void test_generation(void);
+/* c_api_test_state.c */
+void test_state(void);
+void test_residency(void);
+/* c_api_test_save_async.c */
+void test_save_async(void);
+void test_save_async_during_step(void);
+/* c_api_test_threads.c */
+void test_threads(void);
+
+#endif /* WEFT_C_API_TEST_H */
