@@ -154,17 +154,18 @@ class WEFT_API Conversation {
   // rename): a crash mid-save leaves the previous file intact.
   std::vector<std::uint8_t> save() const;
   void save(const std::string &path) const;
-  // save() without waiting: the bytes arrive in the future at the end of the
-  // running step (or at once when none runs; a worker is woken to step).
-  // Without a worker, the next step() fulfils it. Errors (Errc::disposed when
-  // the conversation or executor goes first) arrive through the future.
+  // save() without waiting: the bytes arrive in the future at a step
+  // boundary — at once when nobody else steps (no worker, no step running),
+  // else at the end of the stepper's running step (a worker is woken for
+  // it). Without a worker, the next step() fulfils it. Errors (Errc::disposed
+  // when the conversation or executor goes first) arrive through the future.
   std::future<std::vector<std::uint8_t>> save_async() const;
   // The same with a callback instead of a future: `done` gets the bytes, or
   // an empty vector and the error, exactly once — on the stepping thread at
-  // the end of the running step (with the executor's state lock held: do
-  // not call back into the executor from it), or on this thread before
-  // save_async returns when no step runs. Throws Errc::disposed at once for
-  // a disposed conversation (then `done` is never called).
+  // that boundary (with the executor's state lock held: do not call back
+  // into the executor from it), or on this thread before save_async
+  // returns. Throws Errc::disposed at once for a disposed conversation (then
+  // `done` is never called).
   void save_async(std::function<void(std::vector<std::uint8_t> bytes, std::exception_ptr error)> done) const;
 
   // Where its KV data is now.

@@ -81,11 +81,6 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     stats.record(result.seconds, result.decode_seconds);
   }
-  if (!boundary_tasks.empty()) {
-    // A save asked for during the step: the boundary is now.
-    reconcile_locked();
-    run_boundary_tasks_locked();
-  }
   if constexpr (kVerifyLedger) {
     for (const auto &[id, c] : convs.all) {
       if (!c->dirty) kv->verify(c->kv);
@@ -93,6 +88,14 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   }
   lock.unlock();
   deliver_callbacks();
+  lock.lock();
+  if (!boundary_tasks.empty()) {
+    // A save asked for during the step (its callbacks included): the
+    // boundary is now.
+    reconcile_locked();
+    run_boundary_tasks_locked();
+  }
+  lock.unlock();
   if (segments.empty()) result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return result;
 }

@@ -201,7 +201,11 @@ void Conversation::save_async(std::function<void(std::vector<std::uint8_t>, std:
         // Documented as must-not-throw; a boundary task never throws.
       }
     });
-    x.settle_locked();  // no step running: done now
+    try {
+      x.settle_locked();  // nobody else stepping: done now
+    } catch (...) {
+      // Queued: the stepper runs it; `done` is called exactly once either way.
+    }
   }
   x.notify_work();
 }
