@@ -128,6 +128,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // Swapping hands the old buffers back here: no allocation in steady state.
   std::vector<std::vector<float>> staging;
   std::vector<TokenCallback> callbacks;
+  std::vector<std::uint64_t> parks_asked;  // reconcile's scratch
   // Work that needs a step boundary (a save while a step runs): run, under
   // mu, by the next step at its start or by whoever next settles with no
   // step running. Each must not throw.
@@ -153,18 +154,22 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // Applies the KV work now when no step runs (or on the stepping thread);
   // else the next step does, at its start. Under mu. Returns whether applied.
   bool settle_locked();
-  void reconcile_locked();  // under mu and step_mu (or on the stepping thread)
+  // Under mu and step_mu (or on the stepping thread). With `lock` (mu's),
+  // parks copy their data with it released.
+  void reconcile_locked(std::unique_lock<std::mutex> *lock = nullptr);
   void reconcile_one(Conv &c);
   void fork_kv(Conv &child, std::uint64_t source);
   void run_boundary_tasks_locked();
 
   // --- Schedule (schedule.cpp) ---
   Conv *pick_victim_locked(const Conv *for_whom, bool idle_only);  // the one eviction policy
-  bool park_locked(Conv &c);
-  bool restore_locked(Conv &c);
+  // Moves of KV data. With `lock` (mu's, held by the stepper), the copy
+  // itself runs with it released, so game calls never wait for it.
+  bool park_locked(Conv &c, std::unique_lock<std::mutex> *lock = nullptr);
+  bool restore_locked(Conv &c, std::unique_lock<std::mutex> *lock = nullptr);
   // Before planning. Returns whether someone still waits for a slot that
   // waiting longer will get it (it may then park a busy conversation).
-  bool make_resident_locked(std::uint32_t token_budget);
+  bool make_resident_locked(std::uint32_t token_budget, std::unique_lock<std::mutex> &lock);
   // PressurePolicy::fail refuses a prompt the free cells cannot take (with
   // what is queued already): throws Errc::out_of_range.
   void admit_locked(const Conv &c, std::size_t n_new) const;

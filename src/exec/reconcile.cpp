@@ -75,8 +75,10 @@ void ExecutorCore::run_boundary_tasks_locked() {
   for (auto &task : tasks) task();
 }
 
-void ExecutorCore::reconcile_locked() {
+void ExecutorCore::reconcile_locked(std::unique_lock<std::mutex> *lock) {
   // In the order they were changed: a fork's source before the fork.
+  std::vector<std::uint64_t> &to_park = parks_asked;
+  to_park.clear();
   for (std::size_t i = 0; i < convs.dirty.size(); ++i) {
     auto it = convs.all.find(convs.dirty[i]);
     if (it == convs.all.end()) continue;
@@ -87,9 +89,15 @@ void ExecutorCore::reconcile_locked() {
       convs.all.erase(it);
       continue;
     }
+    if (c.intent.park) to_park.push_back(c.id);
     reconcile_one(c);
   }
   convs.dirty.clear();
+  // Last, as they copy data (with `lock` released): everything else is done.
+  for (std::uint64_t id : to_park) {
+    Conv *c = convs.find(id);
+    if (c != nullptr && c->kv.has_slot() && !c->history.empty()) park_locked(*c, lock);
+  }
 }
 
 void ExecutorCore::reconcile_one(Conv &c) {
@@ -119,7 +127,6 @@ void ExecutorCore::reconcile_one(Conv &c) {
     kv->release(c.kv);  // rewound to nothing while parked
   }
   if (c.kv.has_slot() && c.history.empty() && c.queue.empty()) kv->release(c.kv);  // an empty slot helps nobody
-  if (intent.park && c.kv.has_slot() && !c.history.empty()) park_locked(c);
   c.dirty = false;
 }
 

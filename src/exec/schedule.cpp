@@ -24,14 +24,53 @@ bool is_idle(const Conv &c) { return c.kv.has_slot() && c.kv.n() > 0 && c.n_queu
 
 }  // namespace
 
-bool ExecutorCore::park_locked(Conv &c) {
+namespace {
+
+// Releases a held lock for the scope, taking it back on the way out.
+struct Unlocked {
+  std::unique_lock<std::mutex> *lock;
+  explicit Unlocked(std::unique_lock<std::mutex> *l) : lock(l) {
+    if (lock) lock->unlock();
+  }
+  ~Unlocked() {
+    if (lock) lock->lock();
+  }
+};
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+bool ExecutorCore::park_locked(Conv &c, std::unique_lock<std::mutex> *lock) {
   if (!c.kv.has_slot() || c.kv.n() == 0) return false;
-  return kv->park(c.kv, c.id);
+  // Only a boundary holder changes c.kv, so it is as it was after the copy.
+  const int seq = c.kv.seq;
+  const auto t0 = Clock::now();
+  std::shared_ptr<ParkedKv> blob;
+  {
+    Unlocked unlocked(lock);
+    blob = kv->copy_to_store(seq, c.id);
+  }
+  return kv->finish_park(c.kv, std::move(blob), since(t0));
 }
 
-bool ExecutorCore::restore_locked(Conv &c) {
+bool ExecutorCore::restore_locked(Conv &c, std::unique_lock<std::mutex> *lock) {
   bool from_tokens = c.kv.where == Residency::recompute;
-  auto r = kv->restore(c.kv, c.n_decoded(), c.id);
+  auto r = KvManager::Restore::no_room;
+  if (c.kv.where == Residency::resident || from_tokens) {
+    r = kv->restore(c.kv, c.n_decoded(), c.id);  // a slot only: nothing to copy
+  } else if (const int seq = kv->reserve_restore(c.kv); seq >= 0) {
+    const auto blob = c.kv.parked;  // kept alive while unlocked
+    const std::uint32_t n = c.n_decoded();  // a rewind meanwhile is reconciled later
+    const auto t0 = Clock::now();
+    std::string why;
+    bool ok = false;
+    {
+      Unlocked unlocked(lock);
+      ok = kv->load_parked(seq, *blob, n, why);
+    }
+    r = kv->finish_restore(c.kv, seq, ok, n, why, since(t0), c.id);
+  }
   if (r == KvManager::Restore::recompute) {
     from_tokens = true;  // llama.cpp refused the data: decoded again instead
     r = kv->restore(c.kv, c.n_decoded(), c.id);
@@ -81,7 +120,7 @@ Conv *ExecutorCore::pick_victim_locked(const Conv *for_whom, bool idle_only) {
   return best;
 }
 
-bool ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
+bool ExecutorCore::make_resident_locked(std::uint32_t token_budget, std::unique_lock<std::mutex> &lock) {
   // Who waits to become resident, most urgent first.
   std::vector<Conv *> &wanting = plan_convs;  // scratch; the plan rebuilds it
   wanting.clear();
@@ -105,9 +144,9 @@ bool ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
     bool ok = true;
     while (ok && (kv->slots_free() == 0 || kv->cells_free() < need)) {
       Conv *v = pick_victim_locked(w, !may_evict_busy);
-      ok = v != nullptr && park_locked(*v);
+      ok = v != nullptr && park_locked(*v, &lock);
     }
-    if (ok && restore_locked(*w)) {
+    if (ok && restore_locked(*w, &lock)) {
       w->waiting_since = 0;
       w->prefetch = false;
       w->pinned_step = stats.steps;
@@ -124,7 +163,7 @@ bool ExecutorCore::make_resident_locked(std::uint32_t token_budget) {
   const std::uint64_t target = std::min<std::uint64_t>(wanted, token_budget);
   while (kv->cells_free() < target) {
     Conv *v = pick_victim_locked(nullptr, true);
-    if (v == nullptr || !park_locked(*v)) break;
+    if (v == nullptr || !park_locked(*v, &lock)) break;
   }
   return may_age;
 }
@@ -145,7 +184,7 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
   for (int attempt = 0;; ++attempt) {
     // Operations made while the lock was released (sampling, a callback)
     // may have left KV work: the plan needs the cache as the histories say.
-    reconcile_locked();
+    reconcile_locked(&lock);
     candidates.clear();
     plan_convs.clear();
     std::uint64_t wanted = 0;

@@ -52,7 +52,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   StepResult result;
   std::unique_lock lock(mu);
   if (closed) fail(Errc::disposed, "the executor was destroyed");
-  reconcile_locked();
+  reconcile_locked(&lock);
   run_boundary_tasks_locked();
   if (budget.deadline && *budget.deadline <= t0) {
     result.deadline_hit = true;  // already late: decode nothing
@@ -64,8 +64,8 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
 
   const auto &moves = kv->counters();
   const std::uint64_t moves_before = moves.parks + moves.restores + moves.recomputes;
-  reconcile_locked();  // what operations left while the sampling ran unlocked
-  const bool may_age = make_resident_locked(budget.max_tokens.value_or(params.n_batch));
+  reconcile_locked(&lock);  // what operations left while the sampling ran unlocked
+  const bool may_age = make_resident_locked(budget.max_tokens.value_or(params.n_batch), lock);
   if (!schedule_locked(budget, t0, result, lock)) return result;
 
   if (segments.empty()) {
@@ -92,7 +92,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   if (!boundary_tasks.empty()) {
     // A save asked for during the step (its callbacks included): the
     // boundary is now.
-    reconcile_locked();
+    reconcile_locked(&lock);
     run_boundary_tasks_locked();
   }
   lock.unlock();

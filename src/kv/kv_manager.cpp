@@ -120,11 +120,10 @@ bool KvManager::copy_out(int seq, std::vector<std::uint8_t> &out) const {
   return size > 0 && llama_state_seq_get_data_ext(ctx_, out.data(), size, seq, 0) == size;
 }
 
-std::shared_ptr<ParkedKv> KvManager::blob_of(const KvHandle &h, std::uint64_t conv_id) {
-  if (h.seq < 0 || h.cells.empty()) return nullptr;
+std::shared_ptr<ParkedKv> KvManager::copy_to_store(int seq, std::uint64_t conv_id) {
   // A recycled buffer: no zero fill, no page faults.
-  std::vector<std::uint8_t> bytes = store_.buffer(llama_state_seq_get_size_ext(ctx_, h.seq, 0));
-  if (!copy_out(h.seq, bytes)) {
+  std::vector<std::uint8_t> bytes = store_.buffer(llama_state_seq_get_size_ext(ctx_, seq, 0));
+  if (!copy_out(seq, bytes)) {
     store_.recycle(std::move(bytes));
     return nullptr;
   }
@@ -132,7 +131,8 @@ std::shared_ptr<ParkedKv> KvManager::blob_of(const KvHandle &h, std::uint64_t co
 }
 
 bool KvManager::park_copy(const KvHandle &src, KvHandle &dst, std::uint64_t conv_id) {
-  auto blob = blob_of(src, conv_id);
+  if (src.seq < 0 || src.cells.empty()) return false;
+  auto blob = copy_to_store(src.seq, conv_id);
   if (!blob) return false;
   set_parked(dst, std::move(blob), src.n());
   return true;
@@ -147,13 +147,17 @@ void KvManager::share_parked(const KvHandle &src, KvHandle &dst) {
 bool KvManager::park(KvHandle &h, std::uint64_t conv_id) {
   if (h.seq < 0 || h.cells.empty()) return false;
   const auto t0 = Clock::now();
-  auto blob = blob_of(h, conv_id);
+  auto blob = copy_to_store(h.seq, conv_id);
+  return finish_park(h, std::move(blob), since(t0));
+}
+
+bool KvManager::finish_park(KvHandle &h, std::shared_ptr<ParkedKv> blob, double seconds) {
+  counters_.park_s += seconds;
   if (!blob && !recompute_) return false;
   const std::uint32_t n = h.n();
   release(h);
   set_parked(h, std::move(blob), n);
   ++counters_.parks;
-  counters_.park_s += since(t0);
   return true;
 }
 
@@ -175,30 +179,47 @@ KvManager::Restore KvManager::restore(KvHandle &h, std::uint32_t n_decoded, std:
   if (h.where == Residency::resident || h.where == Residency::recompute) {
     return acquire_slot(h) ? Restore::done : Restore::no_room;  // nothing to copy in
   }
-  if (free_seqs_.empty() || ledger_.free() < h.parked_n) return Restore::no_room;
+  const int seq = reserve_restore(h);
+  if (seq < 0) return Restore::no_room;
   const auto t0 = Clock::now();
+  std::string why;
+  const bool ok = load_parked(seq, *h.parked, n_decoded, why);
+  return finish_restore(h, seq, ok, n_decoded, why, since(t0), conv_id);
+}
+
+int KvManager::reserve_restore(const KvHandle &h) {
+  if (free_seqs_.empty() || ledger_.free() < h.parked_n) return -1;
   const int seq = free_seqs_.back();
-  bool ok = false;
-  std::string why = "llama.cpp refused the KV data";
+  free_seqs_.pop_back();
+  return seq;
+}
+
+bool KvManager::load_parked(int seq, const ParkedKv &blob, std::uint32_t n, std::string &why) {
   try {
     // RAM: straight from the blob; disk: read into a buffer first.
     std::vector<std::uint8_t> read;
-    std::span<const std::uint8_t> bytes = h.parked->ram();
-    if (h.parked->tier() != Tier::ram) bytes = read = h.parked->bytes();
-    ok = load_into(seq, bytes, n_decoded);
+    std::span<const std::uint8_t> bytes = blob.ram();
+    if (blob.tier() != Tier::ram) bytes = read = blob.bytes();
+    if (load_into(seq, bytes, n)) return true;
+    why = "llama.cpp refused the KV data";
   } catch (const Error &e) {
     why = e.what();
   }
-  counters_.restore_s += since(t0);
+  return false;
+}
+
+KvManager::Restore KvManager::finish_restore(KvHandle &h, int seq, bool ok, std::uint32_t n, const std::string &why,
+                                             double seconds, std::uint64_t conv_id) {
+  counters_.restore_s += seconds;
   if (!ok) {
     // Nothing is lost: the tokens are still there.
+    free_seqs_.push_back(seq);
     log_warning(fmt::format("restoring conversation {} failed ({}); re-decoding it from its tokens", conv_id, why));
     to_recompute(h, true);
     return Restore::recompute;
   }
-  free_seqs_.pop_back();
   h.seq = seq;
-  ledger_.alloc(n_decoded, h.cells);
+  ledger_.alloc(n, h.cells);
   h.parked.reset();
   h.parked_n = 0;
   h.where = Residency::resident;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kv/kv_ledger.hpp"
@@ -89,6 +90,13 @@ class KvManager {
   // drops it) and frees its cells and slot. False: no tier took it and
   // recompute is off (nothing changed).
   bool park(KvHandle &h, std::uint64_t conv_id);
+  // The same in two parts, so the executor can release its state lock
+  // during the copy (milliseconds for a long conversation): copy_to_store
+  // touches only llama.cpp's data of `seq` and the spill store (callers
+  // hold the step boundary, so nobody else does); finish_park then frees
+  // the cells and slot (under the lock).
+  std::shared_ptr<ParkedKv> copy_to_store(int seq, std::uint64_t conv_id);
+  bool finish_park(KvHandle &h, std::shared_ptr<ParkedKv> blob, double seconds);
   // A parked or recompute handle without KV (tokens only from now on).
   void to_recompute(KvHandle &h, bool has_history);
   // Brings a parked h back into a free slot with its first `n_decoded`
@@ -96,6 +104,13 @@ class KvManager {
   // data, h becomes recompute (the caller re-decodes; `why` says so).
   enum class Restore { done, no_room, recompute };
   Restore restore(KvHandle &h, std::uint32_t n_decoded, std::uint64_t conv_id);
+  // The same in three parts (as park): reserve a slot (under the lock; -1:
+  // no room), load the parked data into it (no lock; `why` says why not),
+  // finish (under the lock).
+  int reserve_restore(const KvHandle &h);
+  bool load_parked(int seq, const ParkedKv &blob, std::uint32_t n, std::string &why);
+  Restore finish_restore(KvHandle &h, int seq, bool ok, std::uint32_t n, const std::string &why, double seconds,
+                         std::uint64_t conv_id);
   // dst (no slot) starts parked with a copy of src's KV data, for a fork
   // that gets no slot; false (dst unchanged) when no tier takes it.
   bool park_copy(const KvHandle &src, KvHandle &dst, std::uint64_t conv_id);
@@ -123,7 +138,7 @@ class KvManager {
   bool load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n);
   // The one way KV data leaves the cache: seq's state into `out` (resized).
   bool copy_out(int seq, std::vector<std::uint8_t> &out) const;
-  std::shared_ptr<ParkedKv> blob_of(const KvHandle &h, std::uint64_t conv_id);
+
   void set_parked(KvHandle &h, std::shared_ptr<ParkedKv> blob, std::uint32_t n);
   void seq_rm(int seq, std::int32_t p0, std::int32_t p1);
 
