@@ -121,18 +121,31 @@ auto at_boundary(ExecutorCore &x, Fn &&fn) {
     x.reconcile_locked();
     return fn();
   }
-  auto promise = std::make_shared<std::promise<T>>();
+  // The result or the error's code and text, never an exception object:
+  // one thrown on the stepper and caught here would be freed by whichever
+  // thread lets go last, through reference counts ThreadSanitizer cannot see.
+  struct Outcome {
+    std::optional<T> value;
+    Errc code = Errc::backend;
+    std::string message;
+  };
+  auto promise = std::make_shared<std::promise<Outcome>>();
   auto future = promise->get_future();
   {
     std::lock_guard lock(x.mu);
     if (x.closed) fail(Errc::disposed, "the executor was destroyed");
     x.boundary_tasks.push_back([&x, &fn, promise] {
+      Outcome out;
       try {
         if (x.closed) fail(Errc::disposed, "the executor was destroyed");
-        promise->set_value(fn());
-      } catch (...) {
-        promise->set_exception(std::current_exception());
+        out.value.emplace(fn());
+      } catch (const Error &e) {
+        out.code = e.code();
+        out.message = e.what();
+      } catch (const std::exception &e) {
+        out.message = e.what();
       }
+      promise->set_value(std::move(out));
     });
     x.settle_locked();
   }
@@ -143,7 +156,9 @@ auto at_boundary(ExecutorCore &x, Fn &&fn) {
     std::lock_guard lock(x.mu);
     x.settle_locked();
   }
-  return future.get();
+  Outcome out = future.get();
+  if (!out.value) fail(out.code, out.message);
+  return std::move(*out.value);
 }
 
 struct Decoded {
