@@ -34,25 +34,26 @@ Generation Conversation::generate(const GenerateParams &params) {
   gen->result.tokens.reserve(expect);
   gen->result.text.reserve(expect * 4);
   if (params.sampler) {
-    gen->own_sampler = std::make_shared<detail::Sampler>(core.model, *params.sampler, static_cast<std::int32_t>(core.n_ctx));
+    gen->own_sampler =
+        std::make_shared<detail::Sampler>(core.model, *params.sampler, static_cast<std::int32_t>(core.n_ctx));
   }
   gen->core = core.weak_from_this();
   gen->conv_id = handle_->id;
   {
     std::lock_guard lock(core.mu);
     auto &c = core.get(handle_->id);
-  if (c.gen) detail::fail(Errc::invalid_argument, fmt::format("conversation {} is already generating", c.id));
-  if (c.n_decoded() + c.n_queued() == 0) {
-    detail::fail(Errc::invalid_argument, fmt::format("conversation {} is empty: prompt it before generating", c.id));
-  }
-  if (c.error) {
-    detail::fail(Errc::invalid_argument,
-                 fmt::format("conversation {} has an error to clear first: {}", c.id, c.error->what()));
-  }
-  core.ensure_logits_locked(c);  // may re-decode the last token for its logits
-  if (!gen->own_sampler && !c.sampler_pending) core.sampler_of(c);  // build it now, errors here not mid-step
-  c.gen = gen;
-  core.settle_locked();
+    if (c.gen) detail::fail(Errc::invalid_argument, fmt::format("conversation {} is already generating", c.id));
+    if (c.n_decoded() + c.n_queued() == 0) {
+      detail::fail(Errc::invalid_argument, fmt::format("conversation {} is empty: prompt it before generating", c.id));
+    }
+    if (c.error) {
+      detail::fail(Errc::invalid_argument,
+                   fmt::format("conversation {} has an error to clear first: {}", c.id, c.error->what()));
+    }
+    core.ensure_logits_locked(c);  // may re-decode the last token for its logits
+    if (!gen->own_sampler && !c.sampler_pending) core.sampler_of(c);  // build it now, errors here not mid-step
+    c.gen = gen;
+    core.settle_locked();
   }
   core.notify_work();
   return Generation(std::move(gen));
