@@ -1,6 +1,4 @@
 // Conversation: the handle's operations on the executor's shared state.
-#include <llama.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,13 +11,9 @@ namespace detail {
 
 ConvHandle::~ConvHandle() {
   // The last user handle is gone: nobody can reach the conversation again.
-  if (!core) return;  // already disposed by whoever cleared it
   try {
     std::lock_guard lock(core->mu);
-    if (Conv *c = core->convs.find(id); c != nullptr && !core->closed) {
-      core->dispose_locked(*c);
-      core->settle_locked();
-    }
+    core->dispose_id_locked(id);
   } catch (...) {
     // A destructor must not throw; locking cannot fail in practice.
   }
@@ -44,6 +38,13 @@ std::pair<Conv *, std::shared_ptr<ConvHandle>> ExecutorCore::create_locked() {
   convs.all.emplace(p->id, std::move(c));
   ++convs.live;
   return {p, std::move(handle)};
+}
+
+void ExecutorCore::dispose_id_locked(std::uint64_t id) {
+  Conv *c = closed ? nullptr : convs.find(id);
+  if (c == nullptr) return;
+  dispose_locked(*c);
+  settle_locked();
 }
 
 void ExecutorCore::dispose_locked(Conv &c) {
@@ -213,7 +214,6 @@ void Conversation::rewind(std::uint32_t n) {
     }
     x.truncate_locked(c, c.n_decoded() - (n - from_queue));
     x.ensure_logits_locked(c);
-    if (c.history.empty() && c.queue.empty()) x.convs.mark_dirty(c);  // its slot goes back
   });
 }
 
@@ -249,10 +249,7 @@ void Conversation::dispose() {
   auto &core = *handle_->core;
   {
     std::lock_guard lock(core.mu);
-    Conv *c = core.convs.find(handle_->id);
-    if (c == nullptr || core.closed) return;
-    core.dispose_locked(*c);
-    core.settle_locked();
+    core.dispose_id_locked(handle_->id);
   }
   core.notify_work();  // freed cells may unblock others
 }

@@ -227,7 +227,6 @@ void Executor::start(const WorkerParams &params) {
   }
   std::lock_guard lock(c.mu);
   if (c.closed) detail::fail(Errc::disposed, "the executor was destroyed");
-  c.worker_params = wp;
   c.worker.start([&c, budget = wp.budget] { return c.step(budget); }, wp.idle_wait);
 }
 

@@ -102,7 +102,6 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::unique_ptr<Decoder> decoder;    // llama_decode, or a test's
   EventQueue events;                   // polled events
   Worker worker;                       // the background stepper
-  WorkerParams worker_params;
   StepStats stats;
 
   // What a decode's cost grows with: without flash attention every token
@@ -150,10 +149,21 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   void truncate_locked(Conv &c, std::uint32_t pos);  // history[pos..) goes
   void ensure_logits_locked(Conv &c);                // re-decode the last token for its logits
   void requeue_locked(Conv &c, std::uint32_t pos);   // history[pos..) goes back to the queue
+  // The same at a boundary (reconcile, restore): no planned decode to stale,
+  // and c is being reconciled already. Returns whether anything moved.
+  bool move_to_queue(Conv &c, std::uint32_t pos);
   void bump(Conv &c);                                // a planned decode no longer fits c
   // Applies the KV work now when no step runs (or on the stepping thread);
   // else the next step does, at its start. Under mu. Returns whether applied.
   bool settle_locked();
+  // Whether this thread may do KV work now — on the stepping thread, or with
+  // no worker and no step running (then `step` holds the step mutex).
+  bool claim_boundary(std::unique_lock<std::mutex> &step);
+  // Queues `task` (which must not throw) for the next boundary, running it
+  // now when settle_locked can. Under mu; the caller then notify_work()s.
+  void at_boundary_locked(std::function<void()> task);
+  // Disposes conversation `id` if it is still there (the cache follows).
+  void dispose_id_locked(std::uint64_t id);
   // Under mu and step_mu (or on the stepping thread). With `lock` (mu's),
   // parks copy their data with it released.
   void reconcile_locked(std::unique_lock<std::mutex> *lock = nullptr);
@@ -173,7 +183,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // PressurePolicy::fail refuses a prompt the free cells cannot take (with
   // what is queued already): throws Errc::out_of_range.
   void admit_locked(const Conv &c, std::size_t n_new) const;
-  std::uint32_t idle_cells_locked(const Conv *except) const;  // parkable cells
+  std::uint32_t idle_cells_locked(const Conv *except) const;  // cells the eviction policy may park
   // Fills `segments`; false when the callback closed the executor.
   bool schedule_locked(const StepBudget &budget, std::chrono::steady_clock::time_point t0, StepResult &result,
                        std::unique_lock<std::mutex> &lock);

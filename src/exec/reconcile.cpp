@@ -37,12 +37,16 @@ void ExecutorCore::truncate_locked(Conv &c, std::uint32_t pos) {
 }
 
 void ExecutorCore::requeue_locked(Conv &c, std::uint32_t pos) {
-  if (pos >= c.history.size()) return;
+  if (move_to_queue(c, pos)) bump(c);
+}
+
+bool ExecutorCore::move_to_queue(Conv &c, std::uint32_t pos) {
+  if (pos >= c.history.size()) return false;
   c.queue.push_front(std::span(c.history).subspan(pos));
   c.history.resize(pos);
   c.has_logits = false;
   c.gen_token_queued = false;
-  bump(c);
+  return true;
 }
 
 // Logits belong to history.back(); when they are gone, re-decode that one
@@ -52,21 +56,31 @@ void ExecutorCore::ensure_logits_locked(Conv &c) {
   requeue_locked(c, c.n_decoded() - 1);
 }
 
-bool ExecutorCore::settle_locked() {
-  if (stepping.load() == std::this_thread::get_id()) {
-    // A callback on the stepping thread: between stages, nothing decoding.
-    reconcile_locked();
-    run_boundary_tasks_locked();
-    return true;
-  }
-  // With a worker, the worker applies it: a game thread never does KV work
+bool ExecutorCore::claim_boundary(std::unique_lock<std::mutex> &step) {
+  // A callback on the stepping thread: between stages, nothing decoding.
+  if (stepping.load() == std::this_thread::get_id()) return true;
+  // With a worker, the worker does it: a game thread never does KV work
   // itself (a park's copy or a load's import can take milliseconds).
   if (worker.running()) return false;
-  std::unique_lock step(step_mu, std::try_to_lock);
-  if (!step.owns_lock()) return false;  // the running step's next boundary will
+  step = std::unique_lock(step_mu, std::try_to_lock);
+  return step.owns_lock();  // else the running step's next boundary will
+}
+
+bool ExecutorCore::settle_locked() {
+  std::unique_lock<std::mutex> step;
+  if (!claim_boundary(step)) return false;
   reconcile_locked();
   run_boundary_tasks_locked();
   return true;
+}
+
+void ExecutorCore::at_boundary_locked(std::function<void()> task) {
+  boundary_tasks.push_back(std::move(task));
+  try {
+    settle_locked();  // nobody else stepping: done now
+  } catch (...) {
+    // Still queued: the stepper runs it.
+  }
 }
 
 void ExecutorCore::run_boundary_tasks_locked() {
@@ -122,12 +136,11 @@ void ExecutorCore::reconcile_one(Conv &c) {
   }
   if (c.kv.has_slot()) {
     kv->truncate(c.kv, c.n_decoded());
-    if (c.kv.n() < c.n_decoded()) requeue_locked(c, c.kv.n());
+    if (c.kv.n() < c.n_decoded()) move_to_queue(c, c.kv.n());
   } else if (c.history.empty() && c.kv.where != Residency::resident) {
     kv->release(c.kv);  // rewound to nothing while parked
   }
   if (c.kv.has_slot() && c.history.empty() && c.queue.empty()) kv->release(c.kv);  // an empty slot helps nobody
-  c.dirty = false;
 }
 
 // A fork's child shares what it can of its source's cache: the source's
@@ -145,14 +158,14 @@ void ExecutorCore::fork_kv(Conv &child, std::uint64_t source) {
     if (n > 0 && child.kv.has_slot()) {
       kv->share_prefix(src->kv, child.kv, n);
     } else if (n > 0) {
-      requeue_locked(child, n);
+      move_to_queue(child, n);
       if (!kv->park_copy(src->kv, child.kv, child.id)) kv->to_recompute(child.kv, !child.history.empty());
       return;
     }
   } else if (src != nullptr && src->kv.parked) {
     // A parked source: the child shares its parked data (never stored twice).
     n = common_prefix(child.history, std::span(src->history).first(std::min(src->n_decoded(), src->kv.parked_n)));
-    requeue_locked(child, n);
+    move_to_queue(child, n);
     if (n > 0) kv->share_parked(src->kv, child.kv);
     return;
   }
@@ -160,7 +173,7 @@ void ExecutorCore::fork_kv(Conv &child, std::uint64_t source) {
     kv->to_recompute(child.kv, !child.history.empty());
     return;
   }
-  requeue_locked(child, n);
+  move_to_queue(child, n);
 }
 
 }  // namespace weft::detail

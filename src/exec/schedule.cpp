@@ -22,10 +22,6 @@ bool wants_residency(const Conv &c) {
 // Holds cells it could give up: resident, decoded, nothing to do.
 bool is_idle(const Conv &c) { return c.kv.has_slot() && c.kv.n() > 0 && c.n_queued() == 0 && !c.gen && !c.prefetch; }
 
-}  // namespace
-
-namespace {
-
 // Releases a held lock for the scope, taking it back on the way out.
 struct Unlocked {
   std::unique_lock<std::mutex> *lock;
@@ -78,8 +74,8 @@ bool ExecutorCore::restore_locked(Conv &c, std::unique_lock<std::mutex> *lock) {
   if (r != KvManager::Restore::done) return false;
   if (from_tokens) kv->count_recompute();
   // Whatever the cache lacks becomes input again; the re-decode brings the
-  // logits back.
-  requeue_locked(c, c.kv.n());
+  // logits back. (At a boundary: no decode is planned that it could stale.)
+  move_to_queue(c, c.kv.n());
   c.kv.where = Residency::resident;
   c.resident_since = stats.steps;
   c.pinned_step = stats.steps;
@@ -90,7 +86,7 @@ std::uint32_t ExecutorCore::idle_cells_locked(const Conv *except) const {
   std::uint32_t n = 0;
   for (const auto &[id, cp] : convs.all) {
     const Conv &c = *cp;
-    if (&c != except && c.kv.has_slot() && c.n_queued() == 0 && !c.gen) n += c.kv.n();
+    if (&c != except && !c.disposed && is_idle(c)) n += c.kv.n();
   }
   return n;
 }

@@ -22,7 +22,6 @@ Residency residency_of(const ParkedKv &blob) { return blob.tier() == Tier::ram ?
 
 KvManager::KvManager(llama_context *ctx, std::uint32_t n_seq_max, const SpillConfig &spill, bool recompute)
     : ctx_(ctx),
-      n_seq_max_(n_seq_max),
       can_shift_(llama_memory_can_shift(llama_get_memory(ctx))),
       recompute_(recompute),
       ledger_(llama_n_ctx(ctx)),

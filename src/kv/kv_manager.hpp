@@ -56,16 +56,13 @@ class KvManager {
   KvManager &operator=(const KvManager &) = delete;
 
   // Cells and slots.
-  std::uint32_t capacity() const noexcept { return ledger_.capacity(); }
   std::uint32_t cells_free() const noexcept { return ledger_.free(); }
   std::uint32_t cells_used() const noexcept { return ledger_.used(); }
   std::uint32_t slots_free() const noexcept { return static_cast<std::uint32_t>(free_seqs_.size()); }
-  std::uint32_t n_seq_max() const noexcept { return n_seq_max_; }
   bool can_shift() const noexcept { return can_shift_; }
   // Whether any tier can take parked data (or recompute is allowed), i.e.
   // whether a slot can ever be freed by parking.
   bool spill_on() const noexcept;
-  bool recompute_on() const noexcept { return recompute_; }
 
   // Takes a free slot for h (no KV data moves). False when none is free.
   bool acquire_slot(KvHandle &h);
@@ -132,7 +129,6 @@ class KvManager {
   const SpillStore &store() const noexcept { return store_; }
   const KvCounters &counters() const noexcept { return counters_; }
   void count_recompute() noexcept { ++counters_.recomputes; }
-  bool shared(std::uint32_t cell) const noexcept { return ledger_.shared(cell); }
 
  private:
   bool load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n);
@@ -143,7 +139,6 @@ class KvManager {
   void seq_rm(int seq, std::int32_t p0, std::int32_t p1);
 
   llama_context *ctx_;
-  std::uint32_t n_seq_max_;
   bool can_shift_;
   bool recompute_;
   KvLedger ledger_;

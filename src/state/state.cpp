@@ -63,6 +63,14 @@ std::vector<std::uint8_t> save_locked(ExecutorCore &x, const Conv &c) {
 // into the cache now when no step runs (a refusal throws, the executor
 // unchanged), else at the next step boundary.
 Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, std::optional<Sampler> &&gen_sampler) {
+  if (x.closed) fail(Errc::disposed, "the executor was destroyed");
+  // As settle_locked: into the cache at once only when nobody else steps,
+  // before the conversation exists, so a refusal leaves nothing behind.
+  const auto n = static_cast<std::uint32_t>(r.history.size());
+  std::unique_lock<std::mutex> step;
+  const bool now = n > 0 && x.claim_boundary(step);
+  KvHandle kv_now;
+  if (now) x.kv->import_kv(kv_now, std::move(r.kv), n, x.convs.next_id);
   auto [c, handle] = x.create_locked();
   c->history = std::move(r.history);
   c->queue.assign(r.queue);
@@ -86,25 +94,11 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     g->conv_id = c->id;
     c->gen = std::move(g);
   }
-  if (c->n_decoded() > 0) {
-    // As settle_locked: at once only when nobody else steps (then a refusal
-    // throws); else the stepper imports it at its boundary.
-    std::unique_lock<std::mutex> step;
-    const bool on_stepper = x.stepping.load() == std::this_thread::get_id();
-    if (!on_stepper && !x.worker.running()) step = std::unique_lock(x.step_mu, std::try_to_lock);
-    if (on_stepper || step.owns_lock()) {
-      try {
-        x.kv->import_kv(c->kv, std::move(r.kv), c->n_decoded(), c->id);
-      } catch (...) {
-        x.dispose_locked(*c);
-        x.reconcile_locked();
-        handle->core.reset();  // its destructor runs under our lock: nothing left for it to do
-        throw;
-      }
-    } else {
-      c->intent.import = std::move(r.kv);
-      x.convs.mark_dirty(*c);
-    }
+  if (now) {
+    c->kv = std::move(kv_now);
+  } else if (n > 0) {
+    c->intent.import = std::move(r.kv);  // the stepper imports it at its boundary
+    x.convs.mark_dirty(*c);
   }
   return Conversation(std::move(handle));
 }
@@ -134,7 +128,7 @@ auto at_boundary(ExecutorCore &x, Fn &&fn) {
   {
     std::lock_guard lock(x.mu);
     if (x.closed) fail(Errc::disposed, "the executor was destroyed");
-    x.boundary_tasks.push_back([&x, &fn, promise] {
+    x.at_boundary_locked([&x, &fn, promise] {
       Outcome out;
       try {
         if (x.closed) fail(Errc::disposed, "the executor was destroyed");
@@ -147,7 +141,6 @@ auto at_boundary(ExecutorCore &x, Fn &&fn) {
       }
       promise->set_value(std::move(out));
     });
-    x.settle_locked();
   }
   x.notify_work();
   // A step that ended just before the task was queued leaves it to the next
@@ -202,7 +195,7 @@ void Conversation::save_async(std::function<void(std::vector<std::uint8_t>, std:
   {
     std::lock_guard lock(x.mu);
     x.get(handle_->id);  // disposed: throws now
-    x.boundary_tasks.push_back([&x, id = handle_->id, done = std::move(done)] {
+    x.at_boundary_locked([&x, id = handle_->id, done = std::move(done)] {
       std::vector<std::uint8_t> bytes;
       std::exception_ptr error;
       try {
@@ -215,12 +208,7 @@ void Conversation::save_async(std::function<void(std::vector<std::uint8_t>, std:
       } catch (...) {
         // Documented as must-not-throw; a boundary task never throws.
       }
-    });
-    try {
-      x.settle_locked();  // nobody else stepping: done now
-    } catch (...) {
-      // Queued: the stepper runs it; `done` is called exactly once either way.
-    }
+    });  // exactly once, now or at the boundary
   }
   x.notify_work();
 }

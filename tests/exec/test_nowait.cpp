@@ -200,6 +200,19 @@ TEST(NoWait, CallsReturnWhileAStepSamples) {
   std::vector<float> child_logits;
   std::vector<weft::Token> at_fork;
   std::vector<weft::Token> more = random_tokens(rng, m, 3);
+  // A fork with no input of its own: its sampler copy is not there yet, so a
+  // manual sample() is refused (typed), not raced.
+  std::optional<weft::Conversation> waiting;
+  std::string refusal;
+  EXPECT_TRUE(returns_promptly([&] {
+    waiting = a.fork();
+    try {
+      (void)waiting->sample();
+    } catch (const weft::Error &e) {
+      if (e.code() == weft::Errc::invalid_argument) refusal = e.what();
+    }
+  }));
+  EXPECT_NE(refusal.find("in use by the running step"), std::string::npos) << refusal;
   EXPECT_TRUE(returns_promptly([&] {
     child = a.fork();  // a's sampler is in use: the child's copy comes after
     at_fork = a.tokens();
@@ -284,4 +297,33 @@ TEST(NoWait, RandomOperationsAgainstAWorkerKeepEveryConversationExact) {
       expect_logits_fresh(c);
     }
   }
+}
+
+// KV data that llama.cpp refuses, loaded while a worker runs: load() has
+// returned already, so the conversation is decoded again from its tokens
+// (with a warning) instead of the error a load with nobody stepping throws.
+TEST(NoWait, ALoadRefusedAtTheWorkersBoundaryIsDecodedAgain) {
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(23);
+  weft::Executor f32(m, {.n_ctx = 512, .n_batch = 64, .n_seq_max = 2, .kv_type = weft::KvType::f32});
+  auto c = f32.create();
+  c.prompt(random_tokens(rng, m, 24, true));
+  run_until_idle(f32);
+  const auto bytes = c.save();
+  weft::Executor ex(m, params());
+  ex.start();
+  auto loaded = ex.load(bytes);  // would throw Errc::corrupt with no worker
+  EXPECT_EQ(loaded.tokens(), c.tokens());
+  auto expect = c.tokens();
+  const auto more = random_tokens(rng, m, 5);
+  expect.insert(expect.end(), more.begin(), more.end());
+  loaded.prompt(more);
+  for (int i = 0; i < 5000 && !(loaded.has_logits() && loaded.n_queued() == 0); ++i) std::this_thread::sleep_for(1ms);
+  ex.stop();
+  EXPECT_FALSE(loaded.error().has_value());
+  EXPECT_EQ(loaded.tokens(), expect);
+  EXPECT_EQ(ex.stats().recomputes, 1u) << "decoded again from its tokens";
+  EXPECT_EQ(ex.stats().restores, 0u);
+  expect_cache_exact(ex);
+  expect_logits_fresh(loaded);
 }
