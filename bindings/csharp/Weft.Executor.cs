@@ -34,6 +34,9 @@ namespace Weft
         public long SpillRamBytes, SpillDiskBytes;
         public string SpillDiskDir;
         public bool SpillRecompute;
+        // Prefix reuse: most KV cells the prefix cache keeps; -1 = n_ctx / 4,
+        // 0 = reuse off. Default -1.
+        public long PrefixCacheCells;
 
         public ExecutorParams()
         {
@@ -52,6 +55,7 @@ namespace Weft
             SpillRamBytes = (long)n.spill_ram_bytes;
             SpillDiskBytes = (long)n.spill_disk_bytes;
             SpillRecompute = n.spill_recompute != 0;
+            PrefixCacheCells = n.prefix_cache_cells;
         }
 
         internal static ExecutorParamsNative Defaults()
@@ -103,6 +107,9 @@ namespace Weft
         public long RamBytes, DiskBytes, Parks, Restores, Recomputes;
         public double StepMsP50, StepMsP99, DecodeMsP50, PredictedMsPerToken, ParkMs, RestoreMs;
         public bool WorkerRunning;
+        // Prefix reuse (see ExecutorParams.PrefixCacheCells).
+        public long PrefixTokensReused, PrefixHits, PrefixCacheHits, PrefixMisses, PrefixEvictions, CellsSaved;
+        public int PrefixCacheCells, PinnedPrefixes;
     }
 
     public sealed class WorkerParams
@@ -147,6 +154,7 @@ namespace Weft
             n.spill_ram_bytes = (ulong)Math.Max(0, p.SpillRamBytes);
             n.spill_disk_bytes = (ulong)Math.Max(0, p.SpillDiskBytes);
             n.spill_recompute = p.SpillRecompute ? 1 : 0;
+            n.prefix_cache_cells = p.PrefixCacheCells;
             var ud = IntPtr.Zero;
             if (p.OnPressure != null)
             {
@@ -246,6 +254,21 @@ namespace Weft
         }
 
         // Free KV cells as of the last step boundary (shared cells count once).
+        // Keeps these tokens decoded for prefix reuse until unpinned (a lore
+        // that begins many conversations); never waits for a step.
+        public void PinPrefix(int[] tokens)
+        {
+            Native.Check(Native.weft_executor_pin_prefix(Handle, tokens, Native.Size(tokens.Length)));
+        }
+
+        // False when they were not pinned.
+        public bool UnpinPrefix(int[] tokens)
+        {
+            int was;
+            Native.Check(Native.weft_executor_unpin_prefix(Handle, tokens, Native.Size(tokens.Length), out was));
+            return was != 0;
+        }
+
         public int CellsFree
         {
             get { uint n; Native.Check(Native.weft_executor_cells_free(Handle, out n)); return (int)n; }
@@ -271,6 +294,10 @@ namespace Weft
                     ParkedRecompute = (int)s.parked_recompute, RamBytes = (long)s.ram_bytes, DiskBytes = (long)s.disk_bytes,
                     Parks = (long)s.parks, Restores = (long)s.restores, Recomputes = (long)s.recomputes,
                     ParkMs = s.park_ms, RestoreMs = s.restore_ms,
+                    PrefixTokensReused = (long)s.prefix_tokens_reused, PrefixHits = (long)s.prefix_hits,
+                    PrefixCacheHits = (long)s.prefix_cache_hits, PrefixMisses = (long)s.prefix_misses,
+                    PrefixEvictions = (long)s.prefix_evictions, CellsSaved = (long)s.cells_saved,
+                    PrefixCacheCells = (int)s.prefix_cache_cells, PinnedPrefixes = (int)s.pinned_prefixes,
                 };
             }
         }

@@ -106,6 +106,7 @@ namespace Weft
         public int n_threads, kv_type, flash_attn, pressure;
         public uint max_prompt_chunk;
         public int events, spill_recompute;
+        public long prefix_cache_cells;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -135,6 +136,8 @@ namespace Weft
         public uint n_ctx, cells_used, cells_free, n_seq_max, slots_used, conversations, generating,
             resident, parked_ram, parked_disk, parked_recompute;
         public int worker_running;
+        public ulong prefix_tokens_reused, prefix_hits, prefix_cache_hits, prefix_misses, prefix_evictions, cells_saved;
+        public uint prefix_cache_cells, pinned_prefixes;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -43,6 +43,8 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_executor_step(ExecutorHandle executor, ref StepBudgetNative budget, ref StepResultNative result);
         [DllImport(Lib)] public static extern Status weft_executor_get_stats(ExecutorHandle executor, ref ExecutorStatsNative stats);
         [DllImport(Lib)] public static extern Status weft_executor_cells_free(ExecutorHandle executor, out uint n);
+        [DllImport(Lib)] public static extern Status weft_executor_pin_prefix(ExecutorHandle executor, int[] tokens, UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_executor_unpin_prefix(ExecutorHandle executor, int[] tokens, UIntPtr n, out int wasPinned);
         [DllImport(Lib)] public static extern Status weft_worker_params_init(ref WorkerParamsNative p, UIntPtr size);
         [DllImport(Lib)] public static extern Status weft_executor_start(ExecutorHandle executor, ref WorkerParamsNative p);
         [DllImport(Lib)] public static extern Status weft_executor_stop(ExecutorHandle executor);
@@ -84,6 +86,7 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_bytes_free(IntPtr b);
         [DllImport(Lib)] public static extern Status weft_conversation_save(ConversationHandle c, out BytesHandle b);
         [DllImport(Lib)] public static extern Status weft_conversation_save_file(ConversationHandle c, byte[] path);
+        [DllImport(Lib)] public static extern Status weft_conversation_save_tokens(ConversationHandle c, out BytesHandle b);
         [DllImport(Lib)] public static extern Status weft_conversation_save_async(ConversationHandle c, IntPtr callback, IntPtr userData);
         [DllImport(Lib)] public static extern Status weft_executor_load(ExecutorHandle executor, byte[] data, UIntPtr size, out ConversationHandle c);
         [DllImport(Lib)] public static extern Status weft_executor_load_file(ExecutorHandle executor, byte[] path, out ConversationHandle c);

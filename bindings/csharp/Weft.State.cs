@@ -21,6 +21,15 @@ namespace Weft
             return Native.TakeBytes(b);
         }
 
+        // Tokens only (no KV data, no logits): the smallest state; Load
+        // decodes the history again, sharing what the cache holds of it.
+        public byte[] SaveTokens()
+        {
+            BytesHandle b;
+            Native.Check(Native.weft_conversation_save_tokens(Handle, out b));
+            return Native.TakeBytes(b);
+        }
+
         // Written atomically: a failure leaves the previous file intact. Waits
         // for a running step, as Save() does.
         public void Save(string path) { Native.Check(Native.weft_conversation_save_file(Handle, Native.Utf8z(path))); }

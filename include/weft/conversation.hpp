@@ -59,6 +59,13 @@ namespace detail {
 struct ConvHandle;
 }
 
+struct SaveOptions {
+  // Write tokens only, no KV data: a file of a few bytes per token instead
+  // of the model's KV size per token; load() then re-decodes the history
+  // (as a spilled `recompute` conversation). Default false.
+  bool tokens_only = false;
+};
+
 class WEFT_API Conversation {
  public:
   Conversation() = default;
@@ -98,8 +105,9 @@ class WEFT_API Conversation {
   // generation.
   void rewind(std::uint32_t n);
   // Removes history positions [p0, p1) and moves later tokens down (a KV
-  // shift, or re-decoding them where the cache cannot shift or the cells are
-  // shared with a fork). Throws Errc::out_of_range unless p0 <= p1 <=
+  // shift — on copies of its own of cells a fork or a shared prefix also
+  // holds — or, where the cache cannot shift or there is no room for those
+  // copies, re-decoding them). Throws Errc::out_of_range unless p0 <= p1 <=
   // n_decoded(). Cancels a running generation.
   void remove(std::uint32_t p0, std::uint32_t p1);
   // Context shift: keep the first `keep` tokens, drop the next `discard`.
@@ -154,6 +162,11 @@ class WEFT_API Conversation {
   // rename): a crash mid-save leaves the previous file intact.
   std::vector<std::uint8_t> save() const;
   void save(const std::string &path) const;
+  // save() with options (SaveOptions): tokens_only writes no KV data — the
+  // smallest file; loading decodes the history again (sharing what the
+  // cache holds of it already, see ExecutorParams::prefix_cache_cells).
+  std::vector<std::uint8_t> save(const SaveOptions &options) const;
+  void save(const std::string &path, const SaveOptions &options) const;
   // save() without waiting: the bytes arrive in the future at a step
   // boundary — at once when nobody else steps (no worker, no step running),
   // else at the end of the stepper's running step (a worker is woken for

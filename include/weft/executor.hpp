@@ -121,6 +121,16 @@ struct ExecutorParams {
   // ExecutorStats::events_dropped; results stay complete in each
   // Generation). Default 65536. Must be >= 1 when events is set.
   std::size_t events_capacity = 65536;
+  // Prefix reuse (docs/EXECUTOR.md, "Prefix reuse"). Input that continues
+  // tokens some sequence in the cache holds shares those KV cells instead of
+  // decoding them again — across conversations that were never forked, and
+  // from a prefix cache: the cells a conversation lets go of (dispose, park,
+  // rewind) stay until real work needs their cells or slot (counted as free
+  // by cells_free()). This bounds the cells the prefix cache keeps. nullopt
+  // (default) = n_ctx / 4; 0 turns prefix reuse off altogether (no sharing,
+  // no cache, as before it existed). Must be <= n_ctx. Without flash
+  // attention, cached cells lengthen every decode's attention span.
+  std::optional<std::uint32_t> prefix_cache_cells;
 };
 
 struct StepBudget {
@@ -213,6 +223,19 @@ struct ExecutorStats {
   double park_ms = 0;            // total time spent parking
   double restore_ms = 0;         // total time spent restoring
   std::uint64_t events_dropped = 0;
+  // Prefix reuse: input tokens shared from the cache instead of decoded;
+  // lookups that found a prefix (of which in the prefix cache) or none;
+  // prefix cache entries evicted; cells the prefix cache holds (counted in
+  // cells_free); positions held beyond the cells used (what sharing saves,
+  // forks included); prefixes pinned.
+  std::uint64_t prefix_tokens_reused = 0;
+  std::uint64_t prefix_hits = 0;
+  std::uint64_t prefix_cache_hits = 0;
+  std::uint64_t prefix_misses = 0;
+  std::uint64_t prefix_evictions = 0;
+  std::uint32_t prefix_cache_cells = 0;
+  std::uint64_t cells_saved = 0;
+  std::uint32_t pinned_prefixes = 0;
   bool worker_running = false;
   // Over the last 1024 steps that did work.
   double step_ms_p50 = 0;
@@ -294,7 +317,21 @@ class WEFT_API Executor {
   std::map<std::uint64_t, Conversation> load_all(std::span<const std::uint8_t> snapshot);
   std::map<std::uint64_t, Conversation> load_all(const std::string &path);
 
-  // Free KV cells now (cells referenced by several forks count once).
+  // Keeps `tokens` decoded in the cache for prefix reuse until unpinned: a
+  // game's lore, known to begin many conversations. Decoded by the next
+  // steps like a conversation's prompt (it takes a slot and its cells, and
+  // is never evicted or parked). Throws Errc::invalid_argument (prefix
+  // reuse off, fewer than 16 tokens — prefixes are matched in blocks of 16 —
+  // or pinned already), Errc::out_of_range (a token outside the vocabulary,
+  // or more than n_ctx - 1 tokens), and as Conversation::prompt when no slot
+  // can be had. Safe from any thread; never waits for a step.
+  void pin_prefix(std::span<const Token> tokens);
+  // Lets a pinned prefix go (its cells join the prefix cache). False when
+  // `tokens` is not pinned.
+  bool unpin_prefix(std::span<const Token> tokens);
+
+  // Free KV cells now (cells referenced by several forks count once; the
+  // prefix cache's count as free).
   std::uint32_t cells_free() const;
   ExecutorStats stats() const;
   const Model &model() const;

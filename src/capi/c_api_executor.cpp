@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstddef>
 #include <vector>
 
 #include "capi/c_api_internal.hpp"
@@ -13,6 +14,11 @@ static_assert(WEFT_KV_F16 == static_cast<int>(KvType::f16) && WEFT_KV_Q8_0 == st
 static_assert(WEFT_FLASH_ATTN_DISABLED == static_cast<int>(FlashAttention::disabled));
 static_assert(WEFT_PRESSURE_CALLBACK == static_cast<int>(PressurePolicy::callback));
 static_assert(WEFT_EVENT_ERROR == static_cast<int>(EventKind::error));
+
+// Sizes of every released weft_executor_params: the fields after a smaller
+// one keep their defaults.
+const std::initializer_list<std::size_t> kExecutorParamsSizes = {sizeof(weft_executor_params),
+                                                                  offsetof(weft_executor_params, prefix_cache_cells)};
 
 weft_executor_params executor_defaults() {
   const ExecutorParams d;
@@ -36,6 +42,7 @@ weft_executor_params executor_defaults() {
   p.max_prompt_chunk = d.max_prompt_chunk;
   p.events = d.events ? 1 : 0;
   p.spill_recompute = d.spill.recompute ? 1 : 0;
+  p.prefix_cache_cells = -1;
   return p;
 }
 
@@ -101,7 +108,7 @@ extern "C" {
 
 weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size) {
   return guarded(__func__, [&] {
-    init_struct(params, struct_size, "weft_executor_params", executor_defaults(), {sizeof(weft_executor_params)});
+    init_struct(params, struct_size, "weft_executor_params", executor_defaults(), kExecutorParamsSizes);
   });
 }
 
@@ -111,7 +118,7 @@ weft_status weft_executor_create(const weft_model *model, const weft_executor_pa
     *out = nullptr;
     auto m = get<weft::Model>(model, Kind::model);
     weft_executor_params p = executor_defaults();
-    if (params != nullptr) read_struct(params, "weft_executor_params", p, {sizeof(weft_executor_params)});
+    if (params != nullptr) read_struct(params, "weft_executor_params", p, kExecutorParamsSizes);
     weft::ExecutorParams ep;
     ep.n_ctx = p.n_ctx;
     ep.n_batch = p.n_batch;
@@ -130,6 +137,11 @@ weft_status weft_executor_create(const weft_model *model, const weft_executor_pa
     ep.spill.disk_dir = std::string(cstr_arg(p.spill_disk_dir, "weft_executor_params.spill_disk_dir", true));
     ep.spill.disk_bytes = p.spill_disk_bytes;
     ep.spill.recompute = p.spill_recompute != 0;
+    if (p.prefix_cache_cells < -1 || p.prefix_cache_cells > UINT32_MAX) {
+      fail(WEFT_ERR_INVALID_ARGUMENT, fmt::format("weft_executor_params.prefix_cache_cells = {} is outside [-1, n_ctx]",
+                                                  p.prefix_cache_cells));
+    }
+    if (p.prefix_cache_cells >= 0) ep.prefix_cache_cells = static_cast<std::uint32_t>(p.prefix_cache_cells);
     std::shared_ptr<UserData> ud;
     if (p.on_pressure != nullptr) {
       ud = std::make_shared<UserData>(p.pressure_user_data, p.pressure_user_data_free);
@@ -213,7 +225,34 @@ weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor
     c.conversations = s.conversations;
     c.generating = s.generating;
     c.worker_running = s.worker_running ? 1 : 0;
-    write_struct(out, "weft_executor_stats", c, {sizeof(weft_executor_stats)});
+    c.prefix_tokens_reused = s.prefix_tokens_reused;
+    c.prefix_hits = s.prefix_hits;
+    c.prefix_cache_hits = s.prefix_cache_hits;
+    c.prefix_misses = s.prefix_misses;
+    c.prefix_evictions = s.prefix_evictions;
+    c.cells_saved = s.cells_saved;
+    c.prefix_cache_cells = s.prefix_cache_cells;
+    c.pinned_prefixes = s.pinned_prefixes;
+    write_struct(out, "weft_executor_stats", c,
+                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, prefix_tokens_reused)});
+  });
+}
+
+weft_status weft_executor_pin_prefix(weft_executor *executor, const int32_t *tokens, size_t n_tokens) {
+  return guarded(__func__, [&] {
+    auto ex = get<weft::Executor>(executor, Kind::executor);
+    if (tokens == nullptr && n_tokens > 0) fail(WEFT_ERR_INVALID_ARGUMENT, "tokens is NULL");
+    ex->pin_prefix(std::span<const weft::Token>(tokens, n_tokens));
+  });
+}
+
+weft_status weft_executor_unpin_prefix(weft_executor *executor, const int32_t *tokens, size_t n_tokens,
+                                       weft_bool *out_was_pinned) {
+  return guarded(__func__, [&] {
+    auto ex = get<weft::Executor>(executor, Kind::executor);
+    if (tokens == nullptr && n_tokens > 0) fail(WEFT_ERR_INVALID_ARGUMENT, "tokens is NULL");
+    const bool was = ex->unpin_prefix(std::span<const weft::Token>(tokens, n_tokens));
+    if (out_was_pinned != nullptr) *out_was_pinned = was ? 1 : 0;
   });
 }
 

@@ -92,6 +92,15 @@ weft_status weft_conversation_save(const weft_conversation *conversation, weft_b
   });
 }
 
+weft_status weft_conversation_save_tokens(const weft_conversation *conversation, weft_bytes **out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = nullptr;
+    auto c = get<weft::Conversation>(conversation, Kind::conversation);
+    *out = make_handle<weft_bytes>(Kind::bytes, std::make_shared<Bytes>(c->save(weft::SaveOptions{.tokens_only = true})));
+  });
+}
+
 weft_status weft_conversation_save_file(const weft_conversation *conversation, const char *path) {
   return guarded(__func__, [&] { get<weft::Conversation>(conversation, Kind::conversation)->save(path_arg(path)); });
 }

@@ -49,6 +49,7 @@ struct KvIntent {
   std::uint64_t copy_from = 0;                           // a fork: share this conversation's prefix
   std::vector<std::pair<std::uint32_t, std::uint32_t>> erase;  // remove(): shift these out, in order
   std::optional<std::vector<std::uint8_t>> import;       // load(): KV data of the first history.size()
+  std::uint32_t import_exact = 0, import_from = 0;       // ...as ConvRecord's kv_exact, kv_from
   bool any() const { return park || copy_from != 0 || !erase.empty() || import.has_value(); }
 };
 
@@ -84,6 +85,7 @@ struct Conv {
   bool sampler_pending = false;  // a fork waiting for that copy
 
   bool prefetch = false;
+  bool pinned = false;  // a pinned prefix (Executor::pin_prefix): no user handle, never a victim
   std::uint64_t pinned_step = 0;     // made resident in this step: not a victim
   std::uint64_t resident_since = 0;  // step it last became resident
   std::uint64_t waiting_since = 0;   // step it started waiting for residency (0 = not)
@@ -105,7 +107,7 @@ struct ConvHandle {
 struct ConvTable {
   std::unordered_map<std::uint64_t, std::unique_ptr<Conv>> all;  // disposed ones until reaped
   std::vector<std::uint64_t> dirty;                    // in the order they were changed
-  std::uint64_t next_id = 1;
+  std::uint64_t next_id = 1;  // 0 is no conversation
   std::uint32_t live = 0;  // not disposed
 
   Conv *find(std::uint64_t id) const {

@@ -10,6 +10,7 @@ namespace weft {
 namespace detail {
 
 ConvHandle::~ConvHandle() {
+  if (id == 0) return;  // let go of on purpose (a pinned prefix)
   // The last user handle is gone: nobody can reach the conversation again.
   try {
     std::lock_guard lock(core->mu);

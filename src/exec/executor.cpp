@@ -45,6 +45,9 @@ void validate(const Model &model, const ExecutorParams &p) {
     bad("ExecutorParams.kv_type = q8_0 needs flash attention (flash_attn = disabled)");
   }
   if (p.events && p.events_capacity == 0) bad("ExecutorParams.events_capacity = 0 must be >= 1");
+  if (p.prefix_cache_cells && *p.prefix_cache_cells > p.n_ctx) {
+    bad(fmt::format("ExecutorParams.prefix_cache_cells = {} exceeds n_ctx = {}", *p.prefix_cache_cells, p.n_ctx));
+  }
   if (p.pressure == PressurePolicy::callback && !p.on_pressure) {
     bad("ExecutorParams.pressure = callback without on_pressure");
   }
@@ -120,7 +123,10 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   cp.n_ctx = params.n_ctx;
   cp.n_batch = params.n_batch;
   cp.n_ubatch = params.n_ubatch;
-  cp.n_seq_max = params.n_seq_max;
+  // One sequence more than the slots, when llama.cpp allows it: the KV
+  // manager's scratch (partial exports for compact snapshots).
+  const bool scratch = params.n_seq_max < llama_max_parallel_sequences() && params.n_batch > params.n_seq_max;
+  cp.n_seq_max = params.n_seq_max + (scratch ? 1 : 0);
   const int threads = params.n_threads > 0 ? params.n_threads
                                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cp.n_threads = threads;
@@ -143,7 +149,7 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   kv = std::make_unique<KvManager>(
       ctx, params.n_seq_max,
       SpillConfig{.ram_bytes = p.spill.ram_bytes, .disk_dir = p.spill.disk_dir, .disk_bytes = p.spill.disk_bytes},
-      p.spill.recompute);
+      p.spill.recompute, p.prefix_cache_cells.value_or(n_ctx / 4), scratch ? static_cast<int>(params.n_seq_max) : -1);
   batch = new llama_batch(llama_batch_init(static_cast<int32_t>(params.n_batch), 0, 1));
   stats.step_ms.reserve(StepStats::kWindow);
   stats.decode_ms.reserve(StepStats::kWindow);
@@ -249,7 +255,15 @@ ExecutorStats Executor::stats() const {
   s.cells_free = kv.cells_free();
   s.n_seq_max = c.params.n_seq_max;
   s.slots_used = c.params.n_seq_max - kv.slots_free();
-  s.conversations = c.convs.live;
+  s.conversations = c.convs.live - static_cast<std::uint32_t>(c.pins.size());
+  s.pinned_prefixes = static_cast<std::uint32_t>(c.pins.size());
+  s.prefix_tokens_reused = kv.counters().reused_tokens;
+  s.prefix_hits = kv.counters().prefix_hits;
+  s.prefix_cache_hits = kv.counters().prefix_cache_hits;
+  s.prefix_misses = kv.counters().prefix_misses;
+  s.prefix_evictions = kv.counters().prefix_evictions;
+  s.prefix_cache_cells = kv.cache_cells();
+  s.cells_saved = kv.cells_saved();
 
   s.steps = c.stats.steps;
   s.tokens_decoded = c.stats.tokens_decoded;
@@ -261,7 +275,7 @@ ExecutorStats Executor::stats() const {
   s.predicted_ms_per_token = c.cost.predict(1, 0) * 1e3;
   s.cost_model_samples = c.cost.samples();
   for (auto &[id, conv] : c.convs.all) {
-    if (conv->disposed) continue;
+    if (conv->disposed || conv->pinned) continue;
     s.generating += conv->gen ? 1u : 0u;
     s.queued_tokens += conv->n_queued();
     switch (conv->kv.where) {

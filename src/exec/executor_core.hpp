@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -122,12 +123,14 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::vector<Conv *> plan_convs;
   std::vector<std::pair<std::size_t, std::size_t>> work_ranges;
   std::vector<SampleJob> sample_jobs;
+  std::vector<Token> want;  // reuse_locked's scratch
   // Logits copied out of llama.cpp with the lock released, then swapped into
   // their conversations under it (a game call never waits for the copy).
   // Swapping hands the old buffers back here: no allocation in steady state.
   std::vector<std::vector<float>> staging;
   std::vector<TokenCallback> callbacks;
   std::vector<std::uint64_t> parks_asked;  // reconcile's scratch
+  std::map<std::vector<Token>, std::uint64_t> pins;  // pinned prefix -> its Conv
   // Work that needs a step boundary (a save while a step runs): run, under
   // mu, by the next step at its start or by whoever next settles with no
   // step running. Each must not throw.
@@ -183,6 +186,12 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // PressurePolicy::fail refuses a prompt the free cells cannot take (with
   // what is queued already): throws Errc::out_of_range.
   void admit_locked(const Conv &c, std::size_t n_new) const;
+  // c (a slot, the cache reconciled) takes what another sequence holds of
+  // its input instead of decoding it (prefix reuse).
+  void reuse_locked(Conv &c);
+  // Whether a conversation already in this step's plan is decoding at least
+  // a block of the input c continues with (c then waits for it).
+  bool follows_locked(const Conv &c) const;
   std::uint32_t idle_cells_locked(const Conv *except) const;  // cells the eviction policy may park
   // Fills `segments`; false when the callback closed the executor.
   bool schedule_locked(const StepBudget &budget, std::chrono::steady_clock::time_point t0, StepResult &result,

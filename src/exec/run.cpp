@@ -91,7 +91,8 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
     }
     if (live == 0) continue;
 
-    const double used_before = kv->cells_used();  // the cells attention spans, without flash attention
+    kv->make_room(static_cast<std::uint32_t>(b.n_tokens));  // the prefix cache gives way
+    const double used_before = kv->cells_held();  // the cells attention spans, without flash attention
     aborted.store(false, std::memory_order_relaxed);
     // The first micro-batch of a step always completes, so every step makes
     // progress even when one micro-batch alone overruns the deadline; later

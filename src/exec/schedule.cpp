@@ -54,10 +54,12 @@ bool ExecutorCore::restore_locked(Conv &c, std::unique_lock<std::mutex> *lock) {
   bool from_tokens = c.kv.where == Residency::recompute;
   auto r = KvManager::Restore::no_room;
   if (c.kv.where == Residency::resident || from_tokens) {
-    r = kv->restore(c.kv, c.n_decoded(), c.id);  // a slot only: nothing to copy
+    r = kv->restore(c.kv, c.history, c.id);  // a slot only: nothing to copy
   } else if (const int seq = kv->reserve_restore(c.kv); seq >= 0) {
     const auto blob = c.kv.parked;  // kept alive while unlocked
-    const std::uint32_t n = c.n_decoded();  // a rewind meanwhile is reconciled later
+    // A rewind meanwhile is reconciled later: these are the restored tokens.
+    const std::vector<Token> tokens = c.history;
+    const auto n = static_cast<std::uint32_t>(tokens.size());
     const auto t0 = Clock::now();
     std::string why;
     bool ok = false;
@@ -65,11 +67,11 @@ bool ExecutorCore::restore_locked(Conv &c, std::unique_lock<std::mutex> *lock) {
       Unlocked unlocked(lock);
       ok = kv->load_parked(seq, *blob, n, why);
     }
-    r = kv->finish_restore(c.kv, seq, ok, n, why, since(t0), c.id);
+    r = kv->finish_restore(c.kv, seq, ok, tokens, why, since(t0), c.id);
   }
   if (r == KvManager::Restore::recompute) {
     from_tokens = true;  // llama.cpp refused the data: decoded again instead
-    r = kv->restore(c.kv, c.n_decoded(), c.id);
+    r = kv->restore(c.kv, c.history, c.id);
   }
   if (r != KvManager::Restore::done) return false;
   if (from_tokens) kv->count_recompute();
@@ -103,13 +105,15 @@ Conv *ExecutorCore::pick_victim_locked(const Conv *for_whom, bool idle_only) {
   };
   for (auto &[id, cp] : convs.all) {
     Conv &c = *cp;
-    if (&c == for_whom || c.disposed || !is_idle(c) || c.pinned_step == stats.steps) continue;
+    if (&c == for_whom || c.disposed || c.pinned || !is_idle(c) || c.pinned_step == stats.steps) continue;
     if (best == nullptr || better(c, *best)) best = &c;
   }
   if (best != nullptr || idle_only) return best;
   for (auto &[id, cp] : convs.all) {
     Conv &c = *cp;
-    if (&c == for_whom || c.disposed || !c.kv.has_slot() || c.kv.n() == 0 || c.pinned_step == stats.steps) continue;
+    if (&c == for_whom || c.disposed || c.pinned || !c.kv.has_slot() || c.kv.n() == 0 || c.pinned_step == stats.steps) {
+      continue;
+    }
     if (for_whom != nullptr && c.priority > for_whom->priority) continue;
     if (best == nullptr || c.resident_since < best->resident_since) best = &c;
   }
@@ -175,6 +179,41 @@ void ExecutorCore::admit_locked(const Conv &c, std::size_t n_new) const {
   }
 }
 
+namespace {
+
+Token token_at(const Conv &c, std::uint32_t i) {
+  return i < c.n_decoded() ? c.history[i] : c.queue[i - c.n_decoded()];
+}
+
+}  // namespace
+
+bool ExecutorCore::follows_locked(const Conv &c) const {
+  const std::uint32_t from = c.n_decoded();
+  const std::uint32_t n = from + c.n_queued() - 1;  // its last token is decoded anyway
+  if (n < from + PrefixIndex::kBlock) return false;
+  for (const Conv *l : plan_convs) {
+    if (l->gen_token_queued || l->n_queued() < 2) continue;  // a leader decodes a prompt
+    const std::uint32_t lim = std::min(n, l->n_decoded() + l->n_queued());
+    std::uint32_t p = 0;
+    while (p < lim && token_at(c, p) == token_at(*l, p)) ++p;
+    if (p >= from + PrefixIndex::kBlock && l->n_decoded() < p) return true;
+  }
+  return false;
+}
+
+void ExecutorCore::reuse_locked(Conv &c) {
+  want.assign(c.history.begin(), c.history.end());
+  const auto queued = c.queue.view();
+  want.insert(want.end(), queued.begin(), queued.end());
+  // The last input token is decoded in any case: its logits are needed.
+  const auto limit = static_cast<std::uint32_t>(std::min<std::size_t>(want.size() - 1, n_ctx));
+  const std::uint32_t got = kv->reuse(c.kv, want, limit);
+  if (got == 0) return;
+  c.history.insert(c.history.end(), queued.begin(), queued.begin() + got);
+  c.queue.pop_front(got);
+  c.has_logits = false;
+}
+
 bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t0, StepResult &result,
                                    std::unique_lock<std::mutex> &lock) {
   for (int attempt = 0;; ++attempt) {
@@ -193,6 +232,14 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
       if (!c.resident()) {
         ++no_slot;  // parked: waits for a slot or cells
         continue;
+      }
+      // Input that continues what another sequence holds shares its cells.
+      if (kv->reuse_on() && !c.gen_token_queued && c.n_queued() > 1 && c.kv.n() == c.n_decoded() &&
+          kv->acquire_slot(c.kv)) {
+        reuse_locked(c);
+        // Another in this plan is decoding the input this one begins with:
+        // it waits a step and shares that instead of decoding it twice.
+        if (follows_locked(c)) continue;
       }
       const std::uint32_t room = n_ctx - std::min(n_ctx, c.n_decoded());
       if (params.pressure == PressurePolicy::wait && !c.gen_token_queued) {
@@ -229,7 +276,7 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
       // What is left of the budget, less the sampling that follows the decode.
       const double left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
                           sample_seconds * generating;
-      const double depth = depth_is_cells ? kv->cells_used() : depth_weight > 0 ? depth_sum / depth_weight : 0;
+      const double depth = depth_is_cells ? kv->cells_held() : depth_weight > 0 ? depth_sum / depth_weight : 0;
       token_budget = cost.tokens_within(left, depth, token_budget);
     }
     plan_batch(candidates, {token_budget, kv->cells_free(), params.max_prompt_chunk, stats.steps}, plan);

@@ -14,14 +14,20 @@ void ExecutorCore::commit_part(Part &part, StepResult &result) {
   Segment &s = segments[part.seg];
   Conv &c = *s.conv;
   const std::uint32_t n = part.n;
-  kv->commit(c.kv, n);  // in the cache either way
+  const bool stale = c.disposed || c.epoch != s.epoch;
+  // In the cache either way; only what the history keeps may be shared.
+  if (stale) {
+    kv->commit_stale(c.kv, n);
+  } else {
+    kv->commit(c.kv, c.queue.view().first(n));
+  }
   s.done += n;
   result.tokens_decoded += n;
   if (!s.counted) {
     s.counted = true;
     ++result.conversations;
   }
-  if (c.disposed || c.epoch != s.epoch) {
+  if (stale) {
     // Changed while it decoded: its history no longer continues with these
     // tokens, and reconcile takes them out of the cache again.
     convs.mark_dirty(c);

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/internal.hpp"
@@ -20,14 +21,21 @@ Residency residency_of(const ParkedKv &blob) { return blob.tier() == Tier::ram ?
 
 }  // namespace
 
-KvManager::KvManager(llama_context *ctx, std::uint32_t n_seq_max, const SpillConfig &spill, bool recompute)
+KvManager::KvManager(llama_context *ctx, std::uint32_t n_seq_max, const SpillConfig &spill, bool recompute,
+                     std::uint32_t prefix_cache_cells, int scratch_seq)
     : ctx_(ctx),
       can_shift_(llama_memory_can_shift(llama_get_memory(ctx))),
       recompute_(recompute),
       ledger_(llama_n_ctx(ctx)),
-      store_(spill) {
+      store_(spill),
+      holders_(n_seq_max, nullptr),
+      index_from_(n_seq_max, kIndexed),
+      cache_budget_(prefix_cache_cells),
+      scratch_seq_(scratch_seq) {
   for (int s = static_cast<int>(n_seq_max); s-- > 0;) free_seqs_.push_back(s);
 }
+
+KvManager::~KvManager() = default;
 
 bool KvManager::spill_on() const noexcept {
   return recompute_ || store_.config().ram_bytes > 0 || !store_.config().disk_dir.empty();
@@ -41,34 +49,99 @@ void KvManager::seq_rm(int seq, std::int32_t p0, std::int32_t p1) {
   }
 }
 
+int KvManager::take_seq(KvHandle *holder) {
+  if (free_seqs_.empty() && !evict_lru()) return -1;
+  const int seq = free_seqs_.back();
+  free_seqs_.pop_back();
+  holders_[seq] = holder;
+  return seq;
+}
+
+void KvManager::free_seq(int seq) {
+  index_.erase(seq);
+  index_from_[seq] = kIndexed;
+  holders_[seq] = nullptr;
+  free_seqs_.push_back(seq);
+}
+
+void KvManager::reindex(const KvHandle &h, std::uint32_t from) {
+  // Noted now, hashed at the next lookup: a step that only generates
+  // (no lookups) neither hashes nor allocates for the index.
+  if (h.seq >= 0 && reuse_on()) index_from_[h.seq] = std::min(index_from_[h.seq], from);
+}
+
+void KvManager::sync_index() const {
+  for (std::size_t seq = 0; seq < index_from_.size(); ++seq) {
+    if (index_from_[seq] == kIndexed) continue;
+    if (const KvHandle *h = holders_[seq]) {
+      index_.update(static_cast<int>(seq), std::span(h->tokens).first(h->exact), index_from_[seq]);
+    }
+    index_from_[seq] = kIndexed;
+  }
+}
+
 bool KvManager::acquire_slot(KvHandle &h) {
   if (h.seq >= 0) return true;
-  if (free_seqs_.empty()) return false;
-  h.seq = free_seqs_.back();
-  free_seqs_.pop_back();
+  h.seq = take_seq(&h);
+  return h.seq >= 0;
+}
+
+bool KvManager::make_room(std::uint32_t n) {
+  while (ledger_.free() < n) {
+    if (!evict_lru()) return false;
+  }
   return true;
 }
 
-void KvManager::release(KvHandle &h) {
+void KvManager::drop(KvHandle &h) {
   if (h.seq >= 0) {
     seq_rm(h.seq, -1, -1);
-    free_seqs_.push_back(h.seq);
+    free_seq(h.seq);
     h.seq = -1;
   }
-  ledger_.release(h.cells);
+  ledger_.release(h.cells, h.live);
   h.cells.clear();
+  h.tokens.clear();
+  h.exact = 0;
+}
+
+void KvManager::release(KvHandle &h) {
+  if (!retire(h)) drop(h);
   h.parked.reset();
   h.parked_n = 0;
   h.where = Residency::resident;
 }
 
-void KvManager::commit(KvHandle &h, std::uint32_t n) { ledger_.alloc(n, h.cells); }
+void KvManager::commit(KvHandle &h, std::span<const Token> tokens) {
+  const std::uint32_t from = h.n();
+  // Room for a whole context at once: no reallocation while it generates.
+  if (h.tokens.capacity() < h.tokens.size() + tokens.size()) {
+    h.tokens.reserve(std::max<std::size_t>(ledger_.capacity(), h.tokens.size() + tokens.size()));
+  }
+  ledger_.alloc(static_cast<std::uint32_t>(tokens.size()), h.cells, h.live);
+  h.tokens.insert(h.tokens.end(), tokens.begin(), tokens.end());
+  if (h.exact == from) {
+    h.exact = h.n();
+    reindex(h, from);
+  }
+}
+
+void KvManager::commit_stale(KvHandle &h, std::uint32_t n) {
+  ledger_.alloc(n, h.cells, h.live);
+  h.tokens.insert(h.tokens.end(), n, Token{-1});
+}
 
 void KvManager::truncate(KvHandle &h, std::uint32_t pos) {
   if (h.seq < 0 || pos >= h.n()) return;
+  keep_tail(h, pos);
   seq_rm(h.seq, static_cast<llama_pos>(pos), -1);
-  ledger_.release(std::span(h.cells).subspan(pos));
+  ledger_.release(std::span(h.cells).subspan(pos), h.live);
   h.cells.resize(pos);
+  h.tokens.resize(pos);
+  if (h.exact > pos) {
+    h.exact = pos;
+    reindex(h, pos);
+  }
 }
 
 void KvManager::roll_back(const KvHandle &h) {
@@ -80,15 +153,47 @@ void KvManager::roll_back(const KvHandle &h) {
 
 bool KvManager::erase_shift(KvHandle &h, std::uint32_t p0, std::uint32_t p1) {
   if (h.seq < 0 || p0 >= p1 || p1 > h.n() || !can_shift_) return false;
+  evict_sharing(std::span(h.cells).subspan(p1));  // the cache gives way to a shift
+  // Another sequence sees these cells too (a fork, a shared prefix): a shift
+  // would move them for it as well, so h takes copies of its own first.
+  // Its result then never depends on who else holds its cells.
   const auto tail = std::span(h.cells).subspan(p1);
-  for (std::uint32_t cell : tail) {
-    if (ledger_.shared(cell)) return false;  // a fork sees these positions too
+  if (std::any_of(tail.begin(), tail.end(), [&](std::uint32_t c) { return ledger_.shared(c); }) &&
+      !unshare_tail(h, p1)) {
+    return false;
   }
   seq_rm(h.seq, static_cast<llama_pos>(p0), static_cast<llama_pos>(p1));
   llama_memory_seq_add(llama_get_memory(ctx_), h.seq, static_cast<llama_pos>(p1), -1,
                        -static_cast<llama_pos>(p1 - p0));
-  ledger_.release(std::span(h.cells).subspan(p0, p1 - p0));
+  ledger_.release(std::span(h.cells).subspan(p0, p1 - p0), h.live);
   h.cells.erase(h.cells.begin() + p0, h.cells.begin() + p1);
+  h.tokens.erase(h.tokens.begin() + p0, h.tokens.begin() + p1);
+  // Shifted KV is not what a fresh decode gives: not shared from p0 on.
+  if (h.exact > p0) {
+    h.exact = p0;
+    reindex(h, p0);
+  }
+  return true;
+}
+
+bool KvManager::unshare_tail(KvHandle &h, std::uint32_t from) {
+  const std::uint32_t n = h.n() - from;
+  // Both copies exist for a moment: the new cells must be free now.
+  if (scratch_seq_ < 0 || n == 0 || !make_room(n)) return n == 0;
+  auto *mem = llama_get_memory(ctx_);
+  const auto p = static_cast<llama_pos>(from);
+  std::vector<std::uint8_t> bytes;
+  llama_memory_seq_cp(mem, h.seq, scratch_seq_, p, -1);
+  const bool ok = copy_out(scratch_seq_, bytes);
+  seq_rm(scratch_seq_, -1, -1);
+  // Loading a sequence's data makes new cells: the scratch holds the copies.
+  if (!ok || !load_into(scratch_seq_, bytes, h.n(), from)) return false;
+  seq_rm(h.seq, p, -1);
+  llama_memory_seq_cp(mem, scratch_seq_, h.seq, p, -1);
+  seq_rm(scratch_seq_, -1, -1);
+  ledger_.release(std::span(h.cells).subspan(from), h.live);
+  h.cells.resize(from);
+  ledger_.alloc(n, h.cells, h.live);
   return true;
 }
 
@@ -97,8 +202,11 @@ void KvManager::share_prefix(const KvHandle &src, KvHandle &dst, std::uint32_t n
   truncate(dst, 0);  // whatever dst held goes: it starts with src's prefix
   llama_memory_seq_cp(llama_get_memory(ctx_), src.seq, dst.seq, 0, static_cast<llama_pos>(n));
   const auto shared = std::span(src.cells).first(n);
-  ledger_.retain(shared);
+  ledger_.retain(shared, dst.live);
   dst.cells.assign(shared.begin(), shared.end());
+  dst.tokens.assign(src.tokens.begin(), src.tokens.begin() + n);
+  dst.exact = std::min(src.exact, n);
+  reindex(dst, 0);
 }
 
 void KvManager::set_parked(KvHandle &h, std::shared_ptr<ParkedKv> blob, std::uint32_t n) {
@@ -154,16 +262,18 @@ bool KvManager::finish_park(KvHandle &h, std::shared_ptr<ParkedKv> blob, double 
   counters_.park_s += seconds;
   if (!blob && !recompute_) return false;
   const std::uint32_t n = h.n();
+  const std::uint32_t exact = h.exact;
   release(h);
   set_parked(h, std::move(blob), n);
+  h.exact = h.parked ? exact : 0;
   ++counters_.parks;
   return true;
 }
 
-bool KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n) {
+bool KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n, std::uint32_t from) {
   auto *mem = llama_get_memory(ctx_);
   const bool ok = !bytes.empty() && llama_state_seq_set_data_ext(ctx_, bytes.data(), bytes.size(), seq, 0) != 0 &&
-                  llama_memory_seq_pos_min(mem, seq) == 0 &&
+                  llama_memory_seq_pos_min(mem, seq) == static_cast<llama_pos>(from) &&
                   llama_memory_seq_pos_max(mem, seq) >= static_cast<llama_pos>(n) - 1;
   if (!ok) {
     seq_rm(seq, -1, -1);
@@ -174,7 +284,7 @@ bool KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uin
   return true;
 }
 
-KvManager::Restore KvManager::restore(KvHandle &h, std::uint32_t n_decoded, std::uint64_t conv_id) {
+KvManager::Restore KvManager::restore(KvHandle &h, std::span<const Token> history, std::uint64_t conv_id) {
   if (h.where == Residency::resident || h.where == Residency::recompute) {
     return acquire_slot(h) ? Restore::done : Restore::no_room;  // nothing to copy in
   }
@@ -182,14 +292,19 @@ KvManager::Restore KvManager::restore(KvHandle &h, std::uint32_t n_decoded, std:
   if (seq < 0) return Restore::no_room;
   const auto t0 = Clock::now();
   std::string why;
-  const bool ok = load_parked(seq, *h.parked, n_decoded, why);
-  return finish_restore(h, seq, ok, n_decoded, why, since(t0), conv_id);
+  const auto n = static_cast<std::uint32_t>(history.size());
+  const bool ok = load_parked(seq, *h.parked, n, why);
+  return finish_restore(h, seq, ok, history, why, since(t0), conv_id);
 }
 
 int KvManager::reserve_restore(const KvHandle &h) {
-  if (free_seqs_.empty() || ledger_.free() < h.parked_n) return -1;
-  const int seq = free_seqs_.back();
-  free_seqs_.pop_back();
+  if (slots_free() == 0 || cells_free() < h.parked_n) return -1;
+  // Its slot is held by nobody until finish_restore hands it to h.
+  const int seq = take_seq(nullptr);
+  if (seq >= 0 && !make_room(h.parked_n)) {
+    free_seq(seq);
+    return -1;
+  }
   return seq;
 }
 
@@ -207,18 +322,23 @@ bool KvManager::load_parked(int seq, const ParkedKv &blob, std::uint32_t n, std:
   return false;
 }
 
-KvManager::Restore KvManager::finish_restore(KvHandle &h, int seq, bool ok, std::uint32_t n, const std::string &why,
-                                             double seconds, std::uint64_t conv_id) {
+KvManager::Restore KvManager::finish_restore(KvHandle &h, int seq, bool ok, std::span<const Token> history,
+                                             const std::string &why, double seconds, std::uint64_t conv_id) {
   counters_.restore_s += seconds;
+  const auto n = static_cast<std::uint32_t>(history.size());
   if (!ok) {
     // Nothing is lost: the tokens are still there.
-    free_seqs_.push_back(seq);
+    free_seq(seq);
     log_warning(fmt::format("restoring conversation {} failed ({}); re-decoding it from its tokens", conv_id, why));
     to_recompute(h, true);
     return Restore::recompute;
   }
   h.seq = seq;
-  ledger_.alloc(n, h.cells);
+  holders_[seq] = &h;
+  ledger_.alloc(n, h.cells, h.live);
+  h.tokens.assign(history.begin(), history.end());
+  h.exact = std::min(h.exact, n);
+  reindex(h, 0);
   h.parked.reset();
   h.parked_n = 0;
   h.where = Residency::resident;
@@ -236,26 +356,76 @@ std::vector<std::uint8_t> KvManager::export_kv(const KvHandle &h) const {
   return out;
 }
 
-void KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::uint32_t n, std::uint64_t conv_id) {
-  if (n == 0) return;
-  if (!free_seqs_.empty() && ledger_.free() >= n) {
-    if (!load_into(free_seqs_.back(), bytes, n)) {
+bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::span<const Token> history,
+                          std::uint32_t exact, std::uint32_t from, std::uint64_t conv_id) {
+  const auto n = static_cast<std::uint32_t>(history.size());
+  if (n == 0) return true;
+  exact = std::min(exact, n);
+  if (slots_free() > 0 && cells_free() >= n) {
+    const int seq = take_seq(nullptr);
+    make_room(n);  // cannot fail: cells_free() counted what the cache gives back
+    // What another sequence holds exactly is shared, not kept twice.
+    Donor d = reuse_on() ? find_donor(history.first(std::max(exact, from)), seq) : Donor{};
+    if (from > 0 && d.n < from) {
+      free_seq(seq);
+      to_recompute(h, true);
+      return false;
+    }
+    if (!load_into(seq, bytes, n, from)) {
+      free_seq(seq);
       fail(Errc::corrupt, fmt::format("llama.cpp refused the KV data of the conversation state ({} bytes for {} "
                                       "tokens): another context type or a damaged file",
                                       bytes.size(), n));
     }
-    h.seq = free_seqs_.back();
-    free_seqs_.pop_back();
-    ledger_.alloc(n, h.cells);
+    h.seq = seq;
+    holders_[seq] = &h;
+    d.n = from > 0 ? from : std::min(d.n, exact);
+    if (d.n > 0) {
+      if (from == 0) seq_rm(seq, 0, static_cast<llama_pos>(d.n));
+      llama_memory_seq_cp(llama_get_memory(ctx_), d.h->seq, seq, 0, static_cast<llama_pos>(d.n));
+      h.cells.assign(d.h->cells.begin(), d.h->cells.begin() + d.n);
+      ledger_.retain(h.cells, h.live);
+      counters_.reused_tokens += d.n;
+      ++counters_.prefix_hits;
+    }
+    ledger_.alloc(n - d.n, h.cells, h.live);
+    h.tokens.assign(history.begin(), history.end());
+    h.exact = exact;
+    reindex(h, 0);
     h.where = Residency::resident;
-    return;
+    return true;
+  }
+  if (from > 0) {
+    to_recompute(h, true);  // its data needs a sequence that is not there now
+    return false;
   }
   // No room now: parked in RAM (or further), restored when it runs.
   set_parked(h, store_.put(std::move(bytes), conv_id), n);
+  h.exact = exact;
+  return true;
+}
+
+std::vector<std::uint8_t> KvManager::export_tail(const KvHandle &h, std::uint32_t from) {
+  std::vector<std::uint8_t> out;
+  if (scratch_seq_ < 0 || h.seq < 0 || from == 0 || from >= h.n()) return out;
+  llama_memory_seq_cp(llama_get_memory(ctx_), h.seq, scratch_seq_, static_cast<llama_pos>(from), -1);
+  const bool ok = copy_out(scratch_seq_, out);
+  seq_rm(scratch_seq_, -1, -1);
+  if (!ok) out.clear();
+  return out;
+}
+
+void KvManager::move(KvHandle &dst, KvHandle &&src) {
+  dst = std::move(src);
+  if (dst.seq >= 0) holders_[dst.seq] = &dst;
+  src = KvHandle{};
 }
 
 void KvManager::verify(const KvHandle &h) const {
   if (h.seq < 0) return;
+  if (holders_[h.seq] != &h || h.tokens.size() != h.cells.size() || h.exact > h.n()) {
+    fail(Errc::backend, fmt::format("KV handle of sequence {} out of step with its manager", h.seq));
+  }
   auto *mem = llama_get_memory(ctx_);
   const llama_pos lo = llama_memory_seq_pos_min(mem, h.seq);
   const llama_pos hi = llama_memory_seq_pos_max(mem, h.seq);

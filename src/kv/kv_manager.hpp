@@ -11,18 +11,28 @@
 // a sequence, not how. Every llama.cpp result is checked; a refusal is an
 // error (Errc::backend) or a `false` the caller can act on, never ignored.
 //
+// Prefix reuse (prefix_cache.cpp): every sequence's exact prefix is in a
+// PrefixIndex; a conversation whose input continues tokens another sequence
+// holds shares those cells (llama_memory_seq_cp) instead of decoding them.
+// Cells a conversation lets go of (dispose, park, rewind) stay as a prefix
+// cache entry — a sequence slot no conversation owns — least recently used
+// first out, whenever real work needs a slot or cells, so cells_free() and
+// slots_free() count them as free.
+//
 // Thread-safety: none of its own. The executor calls the bookkeeping
 // (slots, ledger counts) under its state lock, and the operations that reach
 // llama.cpp only at a step boundary (no llama_decode running).
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "kv/kv_ledger.hpp"
+#include "kv/prefix_index.hpp"
 #include "kv/spill_store.hpp"
 #include "weft/conversation.hpp"
 
@@ -33,6 +43,12 @@ namespace weft::detail {
 struct KvHandle {
   int seq = -1;                      // llama.cpp sequence slot; -1 = none
   std::vector<std::uint32_t> cells;  // ledger id per position in the cache: 0..n-1
+  std::vector<Token> tokens;         // the token at each of those positions
+  // Leading positions whose KV is what decoding tokens[0, exact) from
+  // position 0 gives (a context shift ends it): what it may share. Kept
+  // while parked.
+  std::uint32_t exact = 0;
+  bool live = true;  // false: a prefix cache entry, reclaimable
   // Where its KV data is. Parked (ram/disk): not in the cache; `parked` holds
   // the KV of its first `parked_n` positions. Recompute: tokens only.
   Residency where = Residency::resident;
@@ -47,37 +63,59 @@ struct KvHandle {
 struct KvCounters {
   std::uint64_t parks = 0, restores = 0, recomputes = 0;
   double park_s = 0, restore_s = 0;
+  // Prefix reuse: tokens shared instead of decoded; lookups that found a
+  // prefix (hits, of which from the prefix cache) or none (misses);
+  // cache entries evicted.
+  std::uint64_t reused_tokens = 0, prefix_hits = 0, prefix_cache_hits = 0, prefix_misses = 0,
+                prefix_evictions = 0;
 };
 
 class KvManager {
  public:
-  KvManager(llama_context *ctx, std::uint32_t n_seq_max, const SpillConfig &spill, bool recompute);
+  // prefix_cache_cells: most reclaimable cells the prefix cache keeps; 0
+  // turns prefix reuse off altogether.
+  // scratch_seq: a sequence id beyond n_seq_max the context has for the
+  // manager's own use (partial exports), or -1.
+  KvManager(llama_context *ctx, std::uint32_t n_seq_max, const SpillConfig &spill, bool recompute,
+            std::uint32_t prefix_cache_cells = 0, int scratch_seq = -1);
+  ~KvManager();
   KvManager(const KvManager &) = delete;
   KvManager &operator=(const KvManager &) = delete;
 
-  // Cells and slots.
-  std::uint32_t cells_free() const noexcept { return ledger_.free(); }
-  std::uint32_t cells_used() const noexcept { return ledger_.used(); }
-  std::uint32_t slots_free() const noexcept { return static_cast<std::uint32_t>(free_seqs_.size()); }
+  // Cells and slots; the prefix cache's count as free (taken back on demand).
+  std::uint32_t cells_free() const noexcept { return ledger_.free() + ledger_.reclaimable(); }
+  std::uint32_t cells_used() const noexcept { return ledger_.used() - ledger_.reclaimable(); }
+  // Every cell llama.cpp holds, the prefix cache's included: what attention
+  // spans without flash attention.
+  std::uint32_t cells_held() const noexcept { return ledger_.used(); }
+  std::uint32_t slots_free() const noexcept { return static_cast<std::uint32_t>(free_seqs_.size() + cache_.size()); }
   bool can_shift() const noexcept { return can_shift_; }
   // Whether any tier can take parked data (or recompute is allowed), i.e.
   // whether a slot can ever be freed by parking.
   bool spill_on() const noexcept;
 
-  // Takes a free slot for h (no KV data moves). False when none is free.
+  // Takes a free slot for h (no KV data moves), evicting a prefix cache
+  // entry if need be. False when none is free.
   bool acquire_slot(KvHandle &h);
+  // Evicts prefix cache entries until llama.cpp has `n` free cells (before
+  // a decode). False when it cannot.
+  bool make_room(std::uint32_t n);
   // Drops all of h's KV data and gives its slot back; h becomes empty and
   // resident (nothing decoded).
   void release(KvHandle &h);
-  // The next `n` positions were decoded into h's sequence: account for them.
-  void commit(KvHandle &h, std::uint32_t n);
+  // `tokens` were decoded into h's next positions: account for them.
+  void commit(KvHandle &h, std::span<const Token> tokens);
+  // `n` positions were decoded for input that has changed since: accounted
+  // for (until reconcile takes them out), never shared.
+  void commit_stale(KvHandle &h, std::uint32_t n);
   // Removes positions [pos, end) of h from the cache (keeps the slot).
   void truncate(KvHandle &h, std::uint32_t pos);
   // After a failed or aborted llama_decode: removes whatever llama.cpp kept
   // of h's sequence beyond what is accounted for.
   void roll_back(const KvHandle &h);
   // Removes positions [p0, p1) and shifts the rest down, when the cache can
-  // shift and no fork shares the moved cells; false (nothing changed) else.
+  // shift; moved cells another sequence shares are copied for h first
+  // (unshare_tail). False (nothing changed) when it cannot shift or copy.
   bool erase_shift(KvHandle &h, std::uint32_t p0, std::uint32_t p1);
   // dst (a slot, nothing decoded) shares src's first n positions: a copy of
   // cell references, not of data.
@@ -100,14 +138,15 @@ class KvManager {
   // positions. False: no slot or not enough cells. When llama.cpp refuses the
   // data, h becomes recompute (the caller re-decodes; `why` says so).
   enum class Restore { done, no_room, recompute };
-  Restore restore(KvHandle &h, std::uint32_t n_decoded, std::uint64_t conv_id);
+  Restore restore(KvHandle &h, std::span<const Token> history, std::uint64_t conv_id);
   // The same in three parts (as park): reserve a slot (under the lock; -1:
   // no room), load the parked data into it (no lock; `why` says why not),
   // finish (under the lock).
   int reserve_restore(const KvHandle &h);
   bool load_parked(int seq, const ParkedKv &blob, std::uint32_t n, std::string &why);
-  Restore finish_restore(KvHandle &h, int seq, bool ok, std::uint32_t n, const std::string &why, double seconds,
-                         std::uint64_t conv_id);
+  // `history` holds at least n tokens: those of the restored positions.
+  Restore finish_restore(KvHandle &h, int seq, bool ok, std::span<const Token> history, const std::string &why,
+                         double seconds, std::uint64_t conv_id);
   // dst (no slot) starts parked with a copy of src's KV data, for a fork
   // that gets no slot; false (dst unchanged) when no tier takes it.
   bool park_copy(const KvHandle &src, KvHandle &dst, std::uint64_t conv_id);
@@ -116,10 +155,36 @@ class KvManager {
 
   // The KV data of h's sequence (or its parked blob), for saving.
   std::vector<std::uint8_t> export_kv(const KvHandle &h) const;
-  // Loads `bytes` (positions 0..n-1) into h: resident when a slot and n
-  // cells are free, else parked in the spill store (or recompute). Throws
-  // Errc::corrupt when llama.cpp refuses the data.
-  void import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::uint32_t n, std::uint64_t conv_id);
+  // Only positions [from, n) of resident h (from > 0), through the scratch
+  // sequence; empty when there is none.
+  std::vector<std::uint8_t> export_tail(const KvHandle &h, std::uint32_t from);
+  // Loads `bytes` (the KV of `history`, `exact` of its positions exact)
+  // into h: resident when a slot and the cells are free, else parked in the
+  // spill store (or recompute). Positions another sequence holds already are
+  // shared instead of copied. Throws Errc::corrupt when llama.cpp refuses
+  // the data.
+  // With from > 0, `bytes` hold positions [from, n) only, and the first
+  // `from` must be shared from a sequence that holds them exactly: without
+  // one (or without room now) h becomes recompute and false is returned.
+  bool import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::span<const Token> history, std::uint32_t exact,
+                 std::uint32_t from, std::uint64_t conv_id);
+  // src's handle moves to dst (dst empty).
+  void move(KvHandle &dst, KvHandle &&src);
+
+  // Prefix reuse (prefix_cache.cpp). h has a slot and holds want[0, h.n());
+  // shares the longest prefix of want[0, limit) that another sequence holds
+  // exactly, beyond h.n(). Returns the positions it gained.
+  std::uint32_t reuse(KvHandle &h, std::span<const Token> want, std::uint32_t limit);
+  bool reuse_on() const noexcept { return cache_budget_ > 0; }
+  // Cells only the prefix cache holds; entries; blocks in the index.
+  std::uint32_t cache_cells() const noexcept { return ledger_.reclaimable(); }
+  std::size_t cache_entries() const noexcept { return cache_.size(); }
+  std::size_t index_blocks() const {
+    sync_index();
+    return index_.size();
+  }
+  // Positions held by live handles beyond the cells they use: what sharing saves.
+  std::uint64_t cells_saved() const noexcept;
 
   // Checks the ledger against llama.cpp's view of h's sequence; throws
   // Errc::backend on a mismatch. Debug and sanitizer builds call it after
@@ -131,12 +196,42 @@ class KvManager {
   void count_recompute() noexcept { ++counters_.recomputes; }
 
  private:
-  bool load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n);
+  bool load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n, std::uint32_t from = 0);
   // The one way KV data leaves the cache: seq's state into `out` (resized).
   bool copy_out(int seq, std::vector<std::uint8_t> &out) const;
 
   void set_parked(KvHandle &h, std::shared_ptr<ParkedKv> blob, std::uint32_t n);
   void seq_rm(int seq, std::int32_t p0, std::int32_t p1);
+  int take_seq(KvHandle *holder);
+  void free_seq(int seq);
+  void reindex(const KvHandle &h, std::uint32_t from);
+  void sync_index() const;  // before every lookup
+  void drop(KvHandle &h);  // release without keeping anything
+  // Gives h cells of its own, with the same data, for positions [from, n)
+  // (copy-on-write through the scratch sequence). False: no scratch or no
+  // room (nothing changed).
+  bool unshare_tail(KvHandle &h, std::uint32_t from);
+
+  // The prefix cache (prefix_cache.cpp).
+  struct CacheEntry {
+    KvHandle kv;
+    std::uint64_t last_use = 0;
+  };
+  struct Donor {
+    const KvHandle *h = nullptr;
+    std::uint32_t n = 0;
+  };
+  Donor find_donor(std::span<const Token> want, int self) const;
+  bool covered(const KvHandle &h, std::uint32_t n) const;
+  // h (live, about to let go of its cells) leaves them to a cache entry
+  // when they are worth keeping; true when it did (h is then empty).
+  bool retire(KvHandle &h);
+  // Keeps h's positions [pos, exact) as a cache entry before a truncation.
+  void keep_tail(const KvHandle &h, std::uint32_t pos);
+  void evict(std::list<CacheEntry>::iterator it);
+  bool evict_lru();
+  void trim_cache();
+  void evict_sharing(std::span<const std::uint32_t> cells);
 
   llama_context *ctx_;
   bool can_shift_;
@@ -145,6 +240,16 @@ class KvManager {
   SpillStore store_;
   std::vector<int> free_seqs_;
   KvCounters counters_;
+  std::vector<KvHandle *> holders_;  // by seq: who holds it
+  // The index follows the handles lazily: index_from_[seq] is the first
+  // position of seq's tokens changed since it was last hashed.
+  static constexpr std::uint32_t kIndexed = UINT32_MAX;
+  mutable PrefixIndex index_;
+  mutable std::vector<std::uint32_t> index_from_;
+  std::list<CacheEntry> cache_;  // oldest use first
+  std::uint32_t cache_budget_;
+  int scratch_seq_;
+  mutable std::vector<int> scratch_;
 };
 
 }  // namespace weft::detail

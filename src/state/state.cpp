@@ -46,17 +46,47 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
   return r;
 }
 
-std::vector<std::uint8_t> save_locked(ExecutorCore &x, const Conv &c) {
+// `kv_from` > 0 (snapshots): the KV of positions [kv_from, n) only; the
+// first kv_from are an earlier conversation's of the same snapshot.
+std::vector<std::uint8_t> save_locked(ExecutorCore &x, const Conv &c, bool tokens_only = false,
+                                      std::uint32_t kv_from = 0) {
   auto r = record_of(x, c);
-  if (c.kv.where == Residency::recompute) {
+  if (tokens_only || c.kv.where == Residency::recompute) {
     // Tokens only: the history travels as input, to be decoded on arrival.
     r.queue.insert(r.queue.begin(), r.history.begin(), r.history.end());
     r.history.clear();
     r.gen_token_queued = false;
+    if (tokens_only) r.logits.clear();  // the re-decode on load brings them back
   } else {
-    r.kv = x.kv->export_kv(c.kv);
+    r.kv_exact = std::min<std::uint32_t>(c.kv.exact, c.n_decoded());
+    if (kv_from > 0) r.kv = x.kv->export_tail(c.kv, kv_from);
+    if (!r.kv.empty()) {
+      r.kv_from = kv_from;
+    } else {
+      r.kv = x.kv->export_kv(c.kv);
+    }
   }
   return encode_conversation(r, x.model.fingerprint(), x.n_vocab);
+}
+
+// What conversation c can take from those saved before it in a snapshot:
+// the longest exact prefix one of them holds (resident both).
+std::uint32_t shared_with_earlier(const Conv &c, std::span<const Conv *const> earlier) {
+  if (!c.kv.has_slot()) return 0;
+  const auto mine = std::span(c.kv.tokens).first(std::min<std::uint32_t>(c.kv.exact, c.n_decoded()));
+  std::uint32_t best = 0;
+  for (const Conv *e : earlier) {
+    if (!e->kv.has_slot()) continue;
+    const auto theirs = std::span(e->kv.tokens).first(e->kv.exact);
+    const auto n = std::min(mine.size(), theirs.size());
+    const auto m = static_cast<std::uint32_t>(std::mismatch(mine.begin(), mine.begin() + n, theirs.begin()).first -
+                                              mine.begin());
+    best = std::max(best, m);
+  }
+  // Not worth a reference below one index block; never the whole history
+  // (a tail of at least one position carries the data).
+  if (best < PrefixIndex::kBlock) return 0;
+  return std::min(best, c.n_decoded() - 1);
 }
 
 // Builds a conversation from a decoded record (under mu). Its KV data goes
@@ -70,7 +100,7 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
   std::unique_lock<std::mutex> step;
   const bool now = n > 0 && x.claim_boundary(step);
   KvHandle kv_now;
-  if (now) x.kv->import_kv(kv_now, std::move(r.kv), n, x.convs.next_id);
+  if (now) x.kv->import_kv(kv_now, std::move(r.kv), r.history, r.kv_exact, r.kv_from, x.convs.next_id);
   auto [c, handle] = x.create_locked();
   c->history = std::move(r.history);
   c->queue.assign(r.queue);
@@ -95,9 +125,11 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     c->gen = std::move(g);
   }
   if (now) {
-    c->kv = std::move(kv_now);
+    x.kv->move(c->kv, std::move(kv_now));
   } else if (n > 0) {
     c->intent.import = std::move(r.kv);  // the stepper imports it at its boundary
+    c->intent.import_exact = r.kv_exact;
+    c->intent.import_from = r.kv_from;
     x.convs.mark_dirty(*c);
   }
   return Conversation(std::move(handle));
@@ -187,6 +219,16 @@ std::vector<std::uint8_t> Conversation::save() const {
 }
 
 void Conversation::save(const std::string &path) const { detail::write_file_atomic(path, save()); }
+
+std::vector<std::uint8_t> Conversation::save(const SaveOptions &options) const {
+  if (!handle_) detail::fail(Errc::disposed, "empty Conversation handle");
+  auto &x = *handle_->core;
+  return detail::at_boundary(x, [&] { return detail::save_locked(x, x.get(handle_->id), options.tokens_only); });
+}
+
+void Conversation::save(const std::string &path, const SaveOptions &options) const {
+  detail::write_file_atomic(path, save(options));
+}
 
 void Conversation::save_async(std::function<void(std::vector<std::uint8_t>, std::exception_ptr)> done) const {
   if (!handle_) detail::fail(Errc::disposed, "empty Conversation handle");
@@ -282,11 +324,19 @@ Conversation Executor::load(const std::string &path) {
 std::vector<std::uint8_t> Executor::save_all() {
   auto &x = detail::live_core(core_);
   return detail::at_boundary(x, [&] {
-    std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> all;
+    std::vector<const Conv *> order;
     for (auto &[id, c] : x.convs.all) {
-      if (!c->disposed) all.emplace_back(id, detail::save_locked(x, *c));
+      if (!c->disposed && !c->pinned) order.push_back(c.get());
     }
-    std::sort(all.begin(), all.end(), [](auto &a, auto &b) { return a.first < b.first; });
+    std::sort(order.begin(), order.end(), [](auto *a, auto *b) { return a->id < b->id; });
+    // Loaded in this order: a prefix an earlier one holds is stored once,
+    // and shared again on load.
+    std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> all;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const Conv &c = *order[i];
+      const std::uint32_t from = x.kv->reuse_on() ? detail::shared_with_earlier(c, std::span(order).first(i)) : 0;
+      all.emplace_back(c.id, detail::save_locked(x, c, false, from));
+    }
     return detail::encode_snapshot(all, x.model.fingerprint());
   });
 }

@@ -135,7 +135,7 @@ class Reader {
 // Magic + version + body + CRC-32 of everything before it. The frame is the
 // same in every version, so the CRC is checked first: damaged version bytes
 // are corruption, and only an intact file of another version is incompatible.
-void check_frame(std::span<const std::uint8_t> bytes, const char (&magic)[8], const char *what) {
+std::uint32_t check_frame(std::span<const std::uint8_t> bytes, const char (&magic)[8], const char *what) {
   if (bytes.size() < 8 + 4 + 4 || std::memcmp(bytes.data(), magic, 8) != 0) {
     fail(Errc::corrupt, fmt::format("{}: not a weft state (bad magic or {} bytes)", what, bytes.size()));
   }
@@ -148,10 +148,11 @@ void check_frame(std::span<const std::uint8_t> bytes, const char (&magic)[8], co
     fail(Errc::corrupt, fmt::format("{}: checksum mismatch (stored {:08x}, computed {:08x}; version field {})", what,
                                     stored, actual, version));
   }
-  if (version != kStateVersion) {
-    fail(Errc::incompatible, fmt::format("{}: format version {} is not supported (this weft reads version {})", what,
-                                         version, kStateVersion));
+  if (version < kOldestStateVersion || version > kStateVersion) {
+    fail(Errc::incompatible, fmt::format("{}: format version {} is not supported (this weft reads versions {} to {})",
+                                         what, version, kOldestStateVersion, kStateVersion));
   }
+  return version;
 }
 
 void check_model(Reader &r, std::uint64_t fingerprint, const char *what) {
@@ -225,6 +226,8 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
     w.str(g.stream_text);
     w.put(g.stream_released);
   }
+  w.put(r.kv_exact);
+  w.put(r.kv_from);
   w.put<std::uint64_t>(r.kv.size());
   w.raw(r.kv.data(), r.kv.size());
   w.put(crc32(w.out));
@@ -234,7 +237,7 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
 ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_t fingerprint, std::int32_t n_vocab,
                                std::uint32_t n_ctx) {
   const char *what = "conversation state";
-  check_frame(bytes, kConvMagic, what);
+  const std::uint32_t version = check_frame(bytes, kConvMagic, what);
   Reader r(bytes.first(bytes.size() - 4), what);
   r.get<std::uint64_t>("magic");
   r.get<std::uint32_t>("version");
@@ -280,6 +283,14 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
                                       g.stream_text.size()));
     }
     c.gen = std::move(g);
+  }
+  if (version >= 2) {
+    c.kv_exact = r.get<std::uint32_t>("kv exact");
+    c.kv_from = r.get<std::uint32_t>("kv from");
+    if (c.kv_exact > c.history.size() || (c.kv_from > 0 && c.kv_from >= c.history.size())) {
+      fail(Errc::corrupt, fmt::format("{}: kv exact {} / kv from {} outside the {} decoded tokens", what, c.kv_exact,
+                                      c.kv_from, c.history.size()));
+    }
   }
   const auto kv = r.get<std::uint64_t>("kv size");
   if (kv > kMaxKvBytes || kv != r.left()) {

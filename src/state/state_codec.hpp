@@ -16,7 +16,8 @@
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 1;
+inline constexpr std::uint32_t kStateVersion = 2;
+inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
 // Bounds checked before anything is allocated from a length field.
 inline constexpr std::uint32_t kMaxTokens = 1u << 24;
 inline constexpr std::uint32_t kMaxString = 1u << 20;
@@ -44,6 +45,11 @@ struct ConvRecord {
   bool gen_token_queued = false;
   std::optional<GenRecord> gen;
   std::vector<std::uint8_t> kv;  // the sequence's KV data (KvManager::export_kv)
+  // Version 2. Leading positions whose KV is a fresh decode of the history
+  // (shareable); the first position `kv` holds (the ones before are another
+  // conversation's of the same snapshot, shared on load).
+  std::uint32_t kv_exact = 0;
+  std::uint32_t kv_from = 0;
 };
 
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab);

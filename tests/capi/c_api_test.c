@@ -96,9 +96,14 @@ weft_model *load_tiny(void) {
 }
 
 weft_executor *make_executor(weft_model *m, uint32_t n_ctx, uint32_t n_seq_max) {
+  return make_executor_reuse(m, n_ctx, n_seq_max, -1);
+}
+
+weft_executor *make_executor_reuse(weft_model *m, uint32_t n_ctx, uint32_t n_seq_max, int64_t prefix_cache_cells) {
   weft_executor_params p;
   weft_executor *ex = NULL;
   CHECK_OK(weft_executor_params_init(&p, sizeof p));
+  p.prefix_cache_cells = prefix_cache_cells;
   p.n_ctx = n_ctx;
   p.n_batch = 64;
   p.n_seq_max = n_seq_max;
@@ -176,6 +181,7 @@ int main(int argc, char **argv) {
       {"handles", test_handles},
       {"executor_errors", test_executor_errors},
       {"budget_zero_is_n_batch", test_budget_zero_is_n_batch},
+      {"prefix_reuse", test_prefix_reuse},
       {"fork_equivalence", test_fork_equivalence},
       {"rewind_remove_shift", test_rewind_remove_shift},
       {"generation", test_generation},

@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,6 +71,8 @@ double now_s(void);
 
 weft_model *load_tiny(void);
 weft_executor *make_executor(weft_model *m, uint32_t n_ctx, uint32_t n_seq_max);
+/* prefix_cache_cells: -1 default, 0 = prefix reuse off (an independent path). */
+weft_executor *make_executor_reuse(weft_model *m, uint32_t n_ctx, uint32_t n_seq_max, int64_t prefix_cache_cells);
 void run_until_idle(weft_executor *ex);
 size_t get_logits(weft_conversation *c, float *buf, size_t cap);
 
@@ -104,6 +107,7 @@ void test_log(void);
 /* c_api_test_executor.c */
 void test_executor_errors(void);
 void test_budget_zero_is_n_batch(void);
+void test_prefix_reuse(void);
 void test_worker_and_events(void);
 /* c_api_test_conversation.c */
 void test_fork_equivalence(void);

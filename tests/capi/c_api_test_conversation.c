@@ -18,7 +18,8 @@ void test_fork_equivalence(void) {
   int step;
   weft_bool ready = 0;
   if (!m) return;
-  ex = make_executor(m, 512, 4);
+  /* Reuse off: `fresh` decodes its history itself, an independent path. */
+  ex = make_executor_reuse(m, 512, 4, 0);
   base[0] = 1;
   for (i = 1; i < BASE + Y; ++i) base[i] = rand_token(NV);
   CHECK_OK(weft_conversation_create(ex, &a));
@@ -266,6 +267,7 @@ void test_pressure(void) {
   p.n_threads = 2;
   p.spill_ram_bytes = 0; /* no parking: the pressure policy applies */
   p.spill_recompute = 0;
+  p.prefix_cache_cells = 0; /* small's prompt begins big's: no sharing, so it needs the cells */
   p.pressure = WEFT_PRESSURE_CALLBACK;
   p.on_pressure = on_pressure;
   p.pressure_user_data = &ctx;

@@ -247,3 +247,70 @@ void test_worker_and_events(void) {
   CHECK_OK(weft_executor_free(ex));
   CHECK_OK(weft_model_free(m));
 }
+
+/* Prefix reuse: two conversations never forked share a prefix; the older
+   struct sizes still read; pin/unpin; a tokens-only save. */
+void test_prefix_reuse(void) {
+  enum { N = 48, OWN = 4 };
+  weft_model *m = load_tiny();
+  weft_executor_params p;
+  weft_executor *ex = NULL;
+  weft_conversation *a = NULL, *b = NULL;
+  weft_token toks[N + OWN];
+  weft_executor_stats st;
+  weft_bytes *full = NULL, *small = NULL;
+  const uint8_t *data;
+  size_t full_n = 0, small_n = 0;
+  weft_bool was = 0;
+  int i;
+  if (!m) return;
+  for (i = 0; i < N + OWN; ++i) toks[i] = 200 + 7 * i;
+  CHECK_OK(weft_executor_params_init(&p, sizeof p));
+  CHECK(p.prefix_cache_cells == -1);
+  p.prefix_cache_cells = -2;
+  CHECK_ERR(weft_executor_create(m, &p, &ex), WEFT_ERR_INVALID_ARGUMENT, "prefix_cache_cells = -2");
+  /* A caller built against the struct before prefix_cache_cells: defaults. */
+  CHECK_OK(weft_executor_params_init(&p, offsetof(weft_executor_params, prefix_cache_cells)));
+  p.n_ctx = 512;
+  p.n_batch = 64;
+  p.n_seq_max = 4;
+  p.n_threads = 2;
+  CHECK_OK(weft_executor_create(m, &p, &ex));
+  CHECK_OK(weft_conversation_create(ex, &a));
+  CHECK_OK(weft_conversation_prompt_tokens(a, toks, N));
+  run_until_idle(ex);
+  CHECK_OK(weft_conversation_create(ex, &b));
+  CHECK_OK(weft_conversation_prompt_tokens(b, toks, N + OWN));
+  run_until_idle(ex);
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  CHECK_OK(weft_executor_get_stats(ex, &st));
+  CHECK(st.prefix_tokens_reused == N && st.prefix_hits == 1 && st.tokens_decoded == N + OWN);
+  CHECK(st.cells_used == N + OWN && st.cells_saved == N);
+  /* The older stats struct: filled up to its size. */
+  memset(&st, 0, sizeof st);
+  st.struct_size = offsetof(weft_executor_stats, prefix_tokens_reused);
+  CHECK_OK(weft_executor_get_stats(ex, &st));
+  CHECK(st.tokens_decoded == N + OWN && st.prefix_tokens_reused == 0);
+
+  CHECK_ERR(weft_executor_pin_prefix(ex, toks, 10), WEFT_ERR_INVALID_ARGUMENT, "at least 16");
+  CHECK_ERR(weft_executor_pin_prefix(ex, NULL, 10), WEFT_ERR_INVALID_ARGUMENT, "NULL");
+  CHECK_OK(weft_executor_pin_prefix(ex, toks, 32));
+  CHECK_ERR(weft_executor_pin_prefix(ex, toks, 32), WEFT_ERR_INVALID_ARGUMENT, "pinned already");
+  CHECK_OK(weft_executor_unpin_prefix(ex, toks, 32, &was));
+  CHECK(was == 1);
+  CHECK_OK(weft_executor_unpin_prefix(ex, toks, 32, &was));
+  CHECK(was == 0);
+
+  CHECK_OK(weft_conversation_save(b, &full));
+  CHECK_OK(weft_conversation_save_tokens(b, &small));
+  CHECK_OK(weft_bytes_data(full, &data, &full_n));
+  CHECK_OK(weft_bytes_data(small, &data, &small_n));
+  CHECK(small_n * 4 < full_n);
+  CHECK_OK(weft_bytes_free(full));
+  CHECK_OK(weft_bytes_free(small));
+  CHECK_OK(weft_conversation_free(a));
+  CHECK_OK(weft_conversation_free(b));
+  CHECK_OK(weft_executor_free(ex));
+  CHECK_OK(weft_model_free(m));
+}

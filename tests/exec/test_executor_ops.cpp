@@ -116,22 +116,47 @@ TEST(ExecutorOps, LedgerMatchesWhatLlamaAccepts) {
   EXPECT_EQ(probe_one_more(ex, 3), 0);
 }
 
-TEST(ExecutorOps, RemoveWithSharedTailReDecodes) {
+// A shift's result does not depend on who shares the cells: a forked
+// conversation's remove() gives what the same remove() gives one that
+// shares nothing (another executor, prefix reuse off); the fork keeps its own.
+TEST(ExecutorOps, RemoveWithSharedTailShiftsAsAloneWould) {
   const auto &m = weft_test::tiny();
   std::mt19937 rng(3);
   weft::Executor ex(m, params());
+  auto lone_params = params();
+  lone_params.prefix_cache_cells = 0;
+  weft::Executor lone_ex(m, lone_params);
   auto a = ex.create();
+  auto lone = lone_ex.create();
   const auto h = random_tokens(rng, m, 40, true);
   a.prompt(h);
+  lone.prompt(h);
   run_until_idle(ex);
+  run_until_idle(lone_ex);
   auto b = a.fork();  // every cell of a is now shared: a shift would move b's too
+  const auto cells_before = ex.stats().cells_used;
   a.remove(5, 15);
+  lone.remove(5, 15);
   auto expect = h;
   expect.erase(expect.begin() + 5, expect.begin() + 15);
   EXPECT_EQ(a.tokens(), expect);
   run_until_idle(ex);
-  expect_logits_of(a, expect);  // re-decoded: exactly a fresh decode
-  expect_logits_of(b, h);       // the fork is untouched
+  run_until_idle(lone_ex);
+  // One more token each: its logits read the shifted cache.
+  const auto next = random_tokens(rng, m, 1);
+  a.prompt(next);
+  lone.prompt(next);
+  expect.push_back(next[0]);
+  run_until_idle(ex);
+  run_until_idle(lone_ex);
+  ASSERT_TRUE(a.has_logits() && lone.has_logits());
+  EXPECT_EQ(a.tokens(), lone.tokens());
+  EXPECT_LT(weft_test::nmse(a.logits(), lone.logits()), weft_test::logits_tolerance(m)) << "shifted, as alone";
+  EXPECT_GT(weft_test::nmse(a.logits(), reference_logits(m, expect)), weft_test::logits_tolerance(m))
+      << "a shift, not a fresh decode";
+  // a's moved positions [15, 40) are copies now; its first 5 stay shared.
+  EXPECT_EQ(ex.stats().cells_used, cells_before + (40 - 15) + 1);
+  expect_logits_of(b, h);  // the fork is untouched
 }
 
 TEST(ExecutorOps, ShiftLeftMovesPositionsAndFreesCells) {

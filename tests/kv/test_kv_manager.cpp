@@ -19,7 +19,8 @@ using weft::detail::KvManager;
 using weft_test::random_tokens;
 
 struct Fixture {
-  explicit Fixture(std::uint32_t n_seq_max = 4, std::uint64_t ram = 64ull << 20, bool recompute = false) {
+  explicit Fixture(std::uint32_t n_seq_max = 4, std::uint64_t ram = 64ull << 20, bool recompute = false,
+                   std::uint32_t prefix_cache = 0) {
     auto p = llama_context_default_params();
     p.n_ctx = 512;
     p.n_batch = 256;
@@ -31,7 +32,7 @@ struct Fixture {
     p.no_perf = true;
     p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     ctx = llama_init_from_model(weft_test::tiny().impl()->model, p);
-    kv.emplace(ctx, n_seq_max, weft::detail::SpillConfig{.ram_bytes = ram}, recompute);
+    kv.emplace(ctx, n_seq_max, weft::detail::SpillConfig{.ram_bytes = ram}, recompute, prefix_cache);
   }
   ~Fixture() {
     kv.reset();
@@ -50,7 +51,7 @@ struct Fixture {
     b.n_tokens = static_cast<int>(tokens.size());
     EXPECT_EQ(llama_decode(ctx, b), 0);
     llama_batch_free(b);
-    kv->commit(h, static_cast<std::uint32_t>(tokens.size()));
+    kv->commit(h, tokens);
     const float *lg = llama_get_logits_ith(ctx, -1);
     return {lg, lg + weft_test::tiny().n_vocab()};
   }
@@ -147,7 +148,7 @@ TEST(KvManager, ParkRestoreAndImportRoundTrip) {
   EXPECT_EQ(f.kv->slots_free(), 2u);
   EXPECT_EQ(f.kv->export_kv(a), bytes) << "a parked handle exports its blob";
   // Restored with a shorter history (rewound while parked): trimmed.
-  ASSERT_EQ(f.kv->restore(a, 30, 1), KvManager::Restore::done);
+  ASSERT_EQ(f.kv->restore(a, std::span(toks).first(30), 1), KvManager::Restore::done);
   EXPECT_EQ(a.n(), 30u);
   f.kv->verify(a);
   const auto next = random_tokens(rng, m, 4);
@@ -156,7 +157,7 @@ TEST(KvManager, ParkRestoreAndImportRoundTrip) {
   EXPECT_LT(weft_test::nmse(f.decode(a, next), weft_test::reference_logits(m, expect)), tol());
   // Import: resident when there is room, and the same cache as before.
   KvHandle b;
-  f.kv->import_kv(b, std::vector(bytes), 33, 2);
+  EXPECT_TRUE(f.kv->import_kv(b, std::vector(bytes), toks, 33, 0, 2));
   ASSERT_TRUE(b.has_slot());
   f.kv->verify(b);
   const auto more = random_tokens(rng, m, 3);
@@ -167,7 +168,7 @@ TEST(KvManager, ParkRestoreAndImportRoundTrip) {
   f.kv->release(a);
   const auto used = f.kv->cells_used();
   std::vector<std::uint8_t> junk(bytes.size() / 2, 0x5a);
-  EXPECT_THROW(f.kv->import_kv(c, std::move(junk), 33, 3), weft::Error);
+  EXPECT_THROW(f.kv->import_kv(c, std::move(junk), std::span(toks).first(33), 33, 0, 3), weft::Error);
   EXPECT_FALSE(c.has_slot());
   EXPECT_EQ(f.kv->cells_used(), used);
   EXPECT_EQ(f.kv->slots_free(), 1u);
@@ -184,4 +185,95 @@ TEST(KvManager, ParkWithoutAnyTierIsRefusedAndChangesNothing) {
   EXPECT_TRUE(a.has_slot());
   EXPECT_EQ(a.n(), 10u);
   f.kv->verify(a);
+}
+
+// Prefix reuse: a sequence that never forked shares what another holds.
+TEST(KvManager, ReuseSharesAnotherSequencesPrefixAndMatchesAFreshDecode) {
+  Fixture f(4, 64ull << 20, false, /*prefix_cache=*/256);
+  std::mt19937 rng(21);
+  const auto &m = weft_test::tiny();
+  const auto lore = random_tokens(rng, m, 40, true);
+  KvHandle a, b;
+  ASSERT_TRUE(f.kv->acquire_slot(a));
+  f.decode(a, lore);
+  EXPECT_EQ(a.exact, 40u);
+  auto want = lore;
+  const auto own = random_tokens(rng, m, 10);
+  want.insert(want.end(), own.begin(), own.end());
+  ASSERT_TRUE(f.kv->acquire_slot(b));
+  // The last input token is never shared (its logits are needed).
+  EXPECT_EQ(f.kv->reuse(b, want, static_cast<std::uint32_t>(want.size() - 1)), 40u);
+  EXPECT_EQ(f.kv->cells_used(), 40u) << "shared, not copied";
+  EXPECT_EQ(f.kv->cells_saved(), 40u);
+  f.kv->verify(b);
+  EXPECT_LT(weft_test::nmse(f.decode(b, own), weft_test::reference_logits(m, want)), tol());
+  EXPECT_EQ(f.kv->counters().reused_tokens, 40u);
+  // Less than one block in common: nothing to share (the index works in
+  // blocks of 16), and a diverging first block finds nothing.
+  KvHandle c;
+  ASSERT_TRUE(f.kv->acquire_slot(c));
+  auto other = random_tokens(rng, m, 30, true);
+  std::copy(lore.begin(), lore.begin() + 10, other.begin());
+  EXPECT_EQ(f.kv->reuse(c, other, 29), 0u);
+  EXPECT_EQ(f.kv->counters().prefix_misses, 1u);
+}
+
+TEST(KvManager, LetGoCellsStayInThePrefixCacheAndGiveWayToRealWork) {
+  Fixture f(2, 0, false, /*prefix_cache=*/512);
+  std::mt19937 rng(22);
+  const auto &m = weft_test::tiny();
+  const auto lore = random_tokens(rng, m, 64, true);
+  KvHandle a;
+  ASSERT_TRUE(f.kv->acquire_slot(a));
+  f.decode(a, lore);
+  const auto capacity = f.kv->cells_free() + f.kv->cells_used();
+  f.kv->release(a);  // disposed: the cells stay, reclaimable
+  EXPECT_EQ(f.kv->cache_entries(), 1u);
+  EXPECT_EQ(f.kv->cache_cells(), 64u);
+  EXPECT_EQ(f.kv->cells_used(), 0u);
+  EXPECT_EQ(f.kv->cells_free(), capacity);
+  EXPECT_EQ(f.kv->slots_free(), 2u);
+  // A later conversation with the same beginning takes them from the cache.
+  KvHandle b;
+  ASSERT_TRUE(f.kv->acquire_slot(b));
+  auto want = lore;
+  const auto own = random_tokens(rng, m, 5);
+  want.insert(want.end(), own.begin(), own.end());
+  EXPECT_EQ(f.kv->reuse(b, want, static_cast<std::uint32_t>(want.size() - 1)), 64u);
+  EXPECT_EQ(f.kv->counters().prefix_cache_hits, 1u);
+  EXPECT_LT(weft_test::nmse(f.decode(b, own), weft_test::reference_logits(m, want)), tol());
+  // Both slots wanted: the cache entry is evicted, b's cells stay.
+  KvHandle c;
+  ASSERT_TRUE(f.kv->acquire_slot(c));
+  EXPECT_EQ(f.kv->cache_entries(), 0u);
+  EXPECT_EQ(f.kv->counters().prefix_evictions, 1u);
+  EXPECT_EQ(f.kv->cells_used(), 69u);
+  f.kv->verify(b);
+  // A rewound tail is kept too (into a free slot) and serves a re-prompt.
+  f.kv->release(c);
+  f.kv->truncate(b, 20);
+  EXPECT_EQ(f.kv->cache_entries(), 1u);
+  EXPECT_EQ(f.kv->reuse(b, want, static_cast<std::uint32_t>(want.size() - 1)), want.size() - 1 - 20);
+  f.kv->verify(b);
+}
+
+TEST(KvManager, AShiftEndsWhatASequenceMayShare) {
+  Fixture f(3, 0, false, /*prefix_cache=*/256);
+  std::mt19937 rng(23);
+  const auto &m = weft_test::tiny();
+  const auto toks = random_tokens(rng, m, 64, true);
+  KvHandle a, b;
+  ASSERT_TRUE(f.kv->acquire_slot(a));
+  f.decode(a, toks);
+  if (!f.kv->can_shift()) GTEST_SKIP() << "no shift on this cache";
+  ASSERT_TRUE(f.kv->erase_shift(a, 20, 30));
+  EXPECT_EQ(a.exact, 20u);
+  ASSERT_TRUE(f.kv->acquire_slot(b));
+  std::vector<weft::Token> want(toks.begin(), toks.begin() + 20);
+  want.insert(want.end(), toks.begin() + 30, toks.end());
+  EXPECT_EQ(f.kv->reuse(b, want, static_cast<std::uint32_t>(want.size() - 1)), 20u) << "up to the shift";
+  // The released, shifted one is cached only as far as it is exact.
+  f.kv->release(b);
+  f.kv->release(a);
+  EXPECT_LE(f.kv->cache_cells(), 20u);
 }

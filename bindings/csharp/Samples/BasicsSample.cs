@@ -111,6 +111,7 @@ namespace Weft.Samples
             p.BatchSize = 256;
             p.SpillRamBytes = 0;  // no parking: the pressure policy applies
             p.SpillRecompute = false;
+            p.PrefixCacheCells = 0;  // small's prompt begins big's: shared, it would need no room
             p.Pressure = PressurePolicy.Callback;
             p.OnPressure = info =>
             {

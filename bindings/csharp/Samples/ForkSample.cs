@@ -87,12 +87,15 @@ namespace Weft.Samples
                 Console.WriteLine("  " + leaves.Count + " leaves, " + historyTotal + " tokens of history in " + stats.CellsUsed + " KV cells");
                 Check.True(stats.CellsUsed < historyTotal / 2, "forks share their prefix in the KV cache");
 
-                // Fork equivalence: a leaf equals a fresh conversation fed its history.
+                // Fork equivalence: a leaf equals a fresh conversation fed its
+                // history, in an executor without prefix reuse (so it decodes
+                // all of it rather than sharing the leaf's cells).
                 var leaf = leaves[leaves.Count - 2].Conversation;
-                using (var fresh = ex.CreateConversation())
+                using (var alone = new Executor(model, new ExecutorParams { ContextSize = 1024, BatchSize = 64, MaxSequences = 2, Threads = 2, PrefixCacheCells = 0 }))
+                using (var fresh = alone.CreateConversation())
                 {
                     fresh.Prompt(leaf.Tokens);
-                    while (!ex.Step().Idle) { }
+                    while (!alone.Step().Idle) { }
                     Check.SameLogits(leaf.GetLogits(), fresh.GetLogits(), "leaf vs fresh conversation");
                 }
                 foreach (var b in leaves) b.Conversation.Dispose();

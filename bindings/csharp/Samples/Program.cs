@@ -21,6 +21,7 @@ namespace Weft.Samples
                 Tuple.Create<string, Action<string>>("basics", BasicsSample.Run),
                 Tuple.Create<string, Action<string>>("fork", ForkSample.Run),
                 Tuple.Create<string, Action<string>>("rewind", RewindSample.Run),
+                Tuple.Create<string, Action<string>>("prefix", PrefixSample.Run),
                 Tuple.Create<string, Action<string>>("save_load", SaveLoadSample.Run),
                 Tuple.Create<string, Action<string>>("save_async", SaveAsyncSample.Run),
                 Tuple.Create<string, Action<string>>("game_loop", GameLoopSample.Run),

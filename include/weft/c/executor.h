@@ -57,6 +57,11 @@ typedef struct weft_executor_params {
                               // not be called back). Default 0
   weft_bool spill_recompute;  // last resort when the tiers are full: keep tokens only,
                               // re-decode on return; 0 = such a one stays resident. Default 1
+  // Added in 0.5 (a struct_size without it reads as the default). Prefix
+  // reuse: most cells the prefix cache keeps; -1 = n_ctx / 4; 0 = reuse off
+  // (no sharing between unforked conversations, no cache). <= n_ctx.
+  // Default -1
+  int64_t prefix_cache_cells;
 } weft_executor_params;
 
 WEFT_C_API weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size);
@@ -147,7 +152,33 @@ typedef struct weft_executor_stats {
   uint32_t parked_disk;
   uint32_t parked_recompute;  // tokens only
   weft_bool worker_running;
+  // Added in 0.5 (a smaller struct_size gets the fields before these).
+  // Prefix reuse: input tokens shared instead of decoded; lookups that found
+  // a prefix (of which in the prefix cache) or none; cache entries evicted;
+  // positions held beyond the cells used (what sharing saves, forks
+  // included); cells the prefix cache holds (counted in cells_free);
+  // prefixes pinned.
+  uint64_t prefix_tokens_reused;
+  uint64_t prefix_hits;
+  uint64_t prefix_cache_hits;
+  uint64_t prefix_misses;
+  uint64_t prefix_evictions;
+  uint64_t cells_saved;
+  uint32_t prefix_cache_cells;
+  uint32_t pinned_prefixes;
 } weft_executor_stats;
+
+// Keeps `tokens` (n_tokens ids) decoded in the cache for prefix reuse until
+// unpinned: a game's lore that begins many conversations. Decoded by the
+// next steps; never evicted or parked. WEFT_ERR_INVALID_ARGUMENT (reuse off,
+// fewer than 16 tokens, pinned already), WEFT_ERR_OUT_OF_RANGE (an id
+// outside the vocabulary, more than n_ctx - 1 tokens, no slot can be had).
+// Never waits for a step.
+WEFT_C_API weft_status weft_executor_pin_prefix(weft_executor *executor, const int32_t *tokens, size_t n_tokens);
+// Lets a pinned prefix go (its cells join the prefix cache); *out_was_pinned
+// (may be NULL) says whether it was pinned.
+WEFT_C_API weft_status weft_executor_unpin_prefix(weft_executor *executor, const int32_t *tokens, size_t n_tokens,
+                                                  weft_bool *out_was_pinned);
 
 // Never waits for a running step. Set out->struct_size first. The KV
 // counts (cells, slots, residency, parks) are the cache's as it is: KV work

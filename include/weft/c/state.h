@@ -22,6 +22,10 @@ WEFT_C_API weft_status weft_bytes_free(weft_bytes *bytes);
 // previous file intact.
 WEFT_C_API weft_status weft_conversation_save(const weft_conversation *conversation, weft_bytes **out);
 WEFT_C_API weft_status weft_conversation_save_file(const weft_conversation *conversation, const char *path);
+// Tokens only, no KV data and no logits: the smallest state (a few bytes a
+// token); loading it decodes the history again, sharing whatever the
+// loading executor's cache holds of it already.
+WEFT_C_API weft_status weft_conversation_save_tokens(const weft_conversation *conversation, weft_bytes **out);
 
 // The outcome of weft_conversation_save_async, delivered exactly once. On
 // success `status` is WEFT_OK, `bytes` a new weft_bytes that the callback

@@ -197,13 +197,15 @@ class WeftTarget final : public Target {
         ex_(model, {.n_ctx = p.ctx,
                     .n_batch = p.batch,
                     .n_ubatch = p.ubatch,
-                    .n_seq_max = p.slots + 1,  // + the shared system prompt's conversation
+                    .n_seq_max = p.slots + (p.fork_system ? 1 : 0),  // + the shared system prompt's conversation
                     .n_threads = p.threads,
                     .max_prompt_chunk = p.max_chunk}) {}
 
   std::string name() const override { return "weft"; }
 
   void warm_up(const Workload &w) override {
+    system_ = &w.system;
+    if (!p_.fork_system) return;  // cold: prefix reuse shares what the first decode
     root_ = ex_.create();
     root_.prompt(w.system);
     while (!ex_.step().idle) {
@@ -212,8 +214,12 @@ class WeftTarget final : public Target {
   }
 
   void start(std::size_t index, const Request &r, Trace &trace) override {
-    Live l{index, root_.fork(), {}, &trace, r.n_out, 0};
-    trace.prompt_cached = system_tokens_;  // shared through fork, never decoded again
+    Live l{index, p_.fork_system ? root_.fork() : ex_.create(), {}, &trace, r.n_out, 0};
+    if (p_.fork_system) {
+      trace.prompt_cached = system_tokens_;  // shared through fork, never decoded again
+    } else {
+      l.conv.prompt(*system_);  // the whole prompt, as a client sends it
+    }
     l.conv.prompt(r.user);
     l.gen = l.conv.generate(params(l, r.n_out));
     live_.push_back(std::move(l));
@@ -257,12 +263,22 @@ class WeftTarget final : public Target {
     live_.clear();
   }
 
+  nlohmann::json prefix_stats() const {
+    const auto s = ex_.stats();
+    return {{"tokens_decoded", s.tokens_decoded},
+            {"prefix_tokens_reused", s.prefix_tokens_reused},
+            {"prefix_hits", s.prefix_hits},
+            {"prefix_cache_hits", s.prefix_cache_hits},
+            {"prefix_misses", s.prefix_misses},
+            {"prefix_evictions", s.prefix_evictions}};
+  }
+
   nlohmann::json settings() const override {
     const auto s = ex_.stats();
     return {{"n_ctx", s.n_ctx},
             {"n_batch", p_.batch},
             {"n_ubatch", p_.ubatch},
-            {"n_seq_max", p_.slots + 1},
+            {"n_seq_max", p_.slots + (p_.fork_system ? 1 : 0)},
             {"step_tokens", p_.step_tokens},
             {"max_prompt_chunk", p_.max_chunk},
             {"n_threads", p_.threads},
@@ -297,6 +313,7 @@ class WeftTarget final : public Target {
   TargetParams p_;
   weft::Executor ex_;
   weft::Conversation root_;
+  const std::vector<weft::Token> *system_ = nullptr;
   std::uint32_t system_tokens_ = 0;
   std::vector<Live> live_;
 };
@@ -305,6 +322,10 @@ class WeftTarget final : public Target {
 
 std::unique_ptr<Target> make_weft_target(const weft::Model &model, const TargetParams &p) {
   return std::make_unique<WeftTarget>(model, p);
+}
+
+nlohmann::json weft_prefix_stats(const Target &weft_target) {
+  return dynamic_cast<const WeftTarget &>(weft_target).prefix_stats();
 }
 
 }  // namespace weft_cli::bench

@@ -79,6 +79,15 @@ struct TargetParams {
   int threads = 0;
   // weft only: StepBudget::max_tokens and ExecutorParams::max_prompt_chunk.
   unsigned step_tokens = 64, max_chunk = 0;
+  // true (bench mixed): the system prompt is decoded before the clock starts
+  // and each conversation forks it (llama-server: one warm-up request).
+  // false (bench prefix): nothing is warm; each conversation is created on
+  // its own and sends the whole prompt, and the engines' automatic prefix
+  // reuse is what shares it (weft: prefix reuse; llama-server: cache_prompt,
+  // and --cache-reuse below).
+  bool fork_system = true;
+  // llama-server only: --cache-reuse (0 = not passed).
+  unsigned cache_reuse = 0;
   // llama-server only.
   std::string server_binary, server_log;
   // Tokens llama-server must not sample (see invalid_utf8_tokens).
@@ -87,6 +96,8 @@ struct TargetParams {
 };
 
 std::unique_ptr<Target> make_weft_target(const weft::Model &model, const TargetParams &p);
+// What the weft target's executor reports (after a run), for the JSON.
+nlohmann::json weft_prefix_stats(const Target &weft_target);
 std::unique_ptr<Target> make_server_target(const TargetParams &p);
 
 // Runs the workload open-loop: requests arrive on their schedule whatever the

@@ -20,6 +20,11 @@
 namespace weft_cli::bench {
 namespace {
 
+std::vector<std::string> cache_reuse_args(const TargetParams &p) {
+  if (p.cache_reuse == 0) return {};
+  return {"--cache-reuse", std::to_string(p.cache_reuse)};
+}
+
 class ServerTarget final : public Target {
  public:
   explicit ServerTarget(const TargetParams &p) : p_(p) {
@@ -33,6 +38,7 @@ class ServerTarget final : public Target {
                                                             .ubatch = p.ubatch,
                                                             .slots = p.slots,
                                                             .threads = p.threads,
+                                                            .extra_args = cache_reuse_args(p),
                                                             .ready_timeout_s = p.server_ready_timeout_s});
   }
 
@@ -42,6 +48,7 @@ class ServerTarget final : public Target {
 
   void warm_up(const Workload &w) override {
     system_ = &w.system;
+    if (!p_.fork_system) return;  // cold: the first requests decode it
     // The system prompt once, untimed, as weft decodes its shared prefix.
     httplib::Client cli("127.0.0.1", server_->port());
     cli.set_connection_timeout(5, 0);

@@ -101,6 +101,7 @@ bool ServerProcess::spawn(int port) {
       argv_.push_back(std::to_string(opt_.threads));
     }
   }
+  argv_.insert(argv_.end(), opt_.extra_args.begin(), opt_.extra_args.end());
   std::vector<char *> args;
   for (auto &a : argv_) args.push_back(a.data());
   args.push_back(nullptr);

@@ -20,6 +20,7 @@ struct ServerOptions {
   std::string log_path;  // the server's stdout and stderr go here
   unsigned ctx = 0, batch = 0, ubatch = 0, slots = 1;
   int threads = 0;                // 0: llama-server's default
+  std::vector<std::string> extra_args;  // appended to the command line
   double ready_timeout_s = 60;    // until /health answers 200
 };
 

@@ -14,6 +14,7 @@ void add_bench(CLI::App &app) {
   add_bench_frame(*bench);
   add_bench_spill(*bench);
   add_bench_main_thread(*bench);
+  add_bench_prefix(*bench);
 }
 
 }  // namespace weft_cli

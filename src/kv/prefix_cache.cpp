@@ -1,0 +1,154 @@
+// KvManager's prefix reuse: finding a donor for a prefix, sharing its cells,
+// and the prefix cache of cells no conversation holds any more.
+#include <llama.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "kv/kv_manager.hpp"
+
+namespace weft::detail {
+namespace {
+
+std::uint32_t common(std::span<const Token> a, std::span<const Token> b, std::size_t from) {
+  const std::size_t n = std::min(a.size(), b.size());
+  std::size_t i = std::min(from, n);
+  while (i < n && a[i] == b[i]) ++i;
+  return static_cast<std::uint32_t>(i);
+}
+
+}  // namespace
+
+KvManager::Donor KvManager::find_donor(std::span<const Token> want, int self) const {
+  Donor best;
+  if (!reuse_on() || want.size() < PrefixIndex::kBlock) return best;
+  sync_index();
+  const std::uint32_t blocks = index_.lookup(want, scratch_);
+  // Candidates agree on the hashed blocks; compare on from there, then
+  // check the winner whole (a hash collision is then a miss, not a mistake).
+  for (int seq : scratch_) {
+    const KvHandle *d = holders_[seq];
+    if (seq == self || d == nullptr) continue;
+    const auto held = std::span(d->tokens).first(d->exact);
+    const std::uint32_t m = common(want, held, blocks * PrefixIndex::kBlock);
+    if (m > best.n) best = {d, m};
+  }
+  if (best.h != nullptr && common(want, std::span(best.h->tokens).first(best.n), 0) < best.n) return {};
+  return best;
+}
+
+bool KvManager::covered(const KvHandle &h, std::uint32_t n) const {
+  return find_donor(std::span(h.tokens).first(n), h.seq).n >= n;
+}
+
+std::uint32_t KvManager::reuse(KvHandle &h, std::span<const Token> want, std::uint32_t limit) {
+  const std::uint32_t pos = h.n();
+  // After a shift its own cells are not a fresh decode: sharing fresh ones
+  // behind them would give what neither path gives.
+  if (!reuse_on() || h.seq < 0 || h.exact != pos || limit < pos + PrefixIndex::kBlock) return 0;
+  const Donor d = find_donor(want.first(limit), h.seq);
+  if (d.n <= pos) {
+    ++counters_.prefix_misses;
+    return 0;
+  }
+  llama_memory_seq_cp(llama_get_memory(ctx_), d.h->seq, h.seq, static_cast<llama_pos>(pos),
+                      static_cast<llama_pos>(d.n));
+  const auto cells = std::span(d.h->cells).subspan(pos, d.n - pos);
+  ledger_.retain(cells, h.live);
+  h.cells.insert(h.cells.end(), cells.begin(), cells.end());
+  h.tokens.insert(h.tokens.end(), want.begin() + pos, want.begin() + d.n);
+  h.exact = d.n;
+  reindex(h, pos);
+  counters_.reused_tokens += d.n - pos;
+  ++counters_.prefix_hits;
+  if (!d.h->live) {
+    ++counters_.prefix_cache_hits;
+    // Most recently used goes last.
+    auto it = std::find_if(cache_.begin(), cache_.end(), [&](const CacheEntry &e) { return &e.kv == d.h; });
+    if (it != cache_.end()) cache_.splice(cache_.end(), cache_, it);
+  }
+  return d.n - pos;
+}
+
+bool KvManager::retire(KvHandle &h) {
+  if (!reuse_on() || !h.live || h.seq < 0 || h.exact < PrefixIndex::kBlock || covered(h, h.exact)) return false;
+  if (h.n() > h.exact) {
+    seq_rm(h.seq, static_cast<llama_pos>(h.exact), -1);
+    ledger_.release(std::span(h.cells).subspan(h.exact), true);
+    h.cells.resize(h.exact);
+    h.tokens.resize(h.exact);
+  }
+  ledger_.convert(h.cells, false);
+  auto &e = cache_.emplace_back();
+  e.kv.seq = h.seq;
+  e.kv.cells = std::move(h.cells);
+  e.kv.tokens = std::move(h.tokens);
+  e.kv.exact = h.exact;
+  e.kv.live = false;
+  holders_[h.seq] = &e.kv;  // indexed as it was: same sequence, same tokens
+  h.seq = -1;
+  h.cells.clear();
+  h.tokens.clear();
+  h.exact = 0;
+  trim_cache();
+  return true;
+}
+
+void KvManager::keep_tail(const KvHandle &h, std::uint32_t pos) {
+  // Only into a slot nobody uses: keeping a rewound tail never evicts.
+  if (!reuse_on() || !h.live || h.exact < pos + PrefixIndex::kBlock || free_seqs_.empty() || covered(h, h.exact)) {
+    return;
+  }
+  auto &e = cache_.emplace_back();
+  e.kv.live = false;
+  e.kv.seq = take_seq(&e.kv);
+  llama_memory_seq_cp(llama_get_memory(ctx_), h.seq, e.kv.seq, 0, static_cast<llama_pos>(h.exact));
+  e.kv.cells.assign(h.cells.begin(), h.cells.begin() + h.exact);
+  ledger_.retain(e.kv.cells, false);
+  e.kv.tokens.assign(h.tokens.begin(), h.tokens.begin() + h.exact);
+  e.kv.exact = h.exact;
+  reindex(e.kv, 0);
+  trim_cache();
+}
+
+void KvManager::evict(std::list<CacheEntry>::iterator it) {
+  KvHandle &k = it->kv;
+  seq_rm(k.seq, -1, -1);
+  ledger_.release(k.cells, false);
+  free_seq(k.seq);
+  cache_.erase(it);
+  ++counters_.prefix_evictions;
+}
+
+bool KvManager::evict_lru() {
+  if (cache_.empty()) return false;
+  evict(cache_.begin());
+  return true;
+}
+
+void KvManager::trim_cache() {
+  while (ledger_.reclaimable() > cache_budget_ && evict_lru()) {
+  }
+}
+
+void KvManager::evict_sharing(std::span<const std::uint32_t> cells) {
+  if (cache_.empty() || cells.empty()) return;
+  const std::unordered_set<std::uint32_t> set(cells.begin(), cells.end());
+  for (auto it = cache_.begin(); it != cache_.end();) {
+    const auto next = std::next(it);
+    if (std::any_of(it->kv.cells.begin(), it->kv.cells.end(), [&](std::uint32_t c) { return set.count(c) > 0; })) {
+      evict(it);
+    }
+    it = next;
+  }
+}
+
+std::uint64_t KvManager::cells_saved() const noexcept {
+  std::uint64_t positions = 0;
+  for (const KvHandle *h : holders_) {
+    if (h != nullptr && h->live) positions += h->n();
+  }
+  return positions - std::min<std::uint64_t>(positions, cells_used());
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,193 @@
+// weft bench prefix: NPCs that arrive over time with the same long lore and
+// their own character sheet, each sent whole (no fork, nothing warm), on weft
+// (automatic prefix reuse) and on llama-server (cache_prompt and
+// --cache-reuse), by the driver of `bench mixed`. Reports time to first token
+// and throughput, and how many prompt tokens each engine decoded.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <thread>
+
+#include "bench_commands.hpp"
+#include "bench_common.hpp"
+#include "bench_mixed.hpp"
+
+namespace weft_cli {
+namespace {
+
+#ifdef WEFT_LLAMA_TOOLS_DIR
+constexpr const char *kDefaultServer = WEFT_LLAMA_TOOLS_DIR "/llama-server";
+#else
+constexpr const char *kDefaultServer = "";
+#endif
+
+struct Opts {
+  std::string model, json, target = "both";
+  bench::WorkloadParams work;
+  bench::TargetParams engine;
+  double timeout_s = 900;
+  bool quiet = false;
+  Opts() {
+    work.conversations = 32;
+    work.system_tokens = 1500;
+    work.prompt_min = work.prompt_max = 100;
+    work.output_min = work.output_max = 64;
+    work.rate = 1.0;
+    engine.slots = 8;
+    engine.step_tokens = 256;
+    engine.fork_system = false;
+    engine.cache_reuse = 256;
+  }
+};
+
+std::uint64_t prompt_tokens(const bench::Workload &w) {
+  std::uint64_t n = 0;
+  for (const auto &r : w.requests) n += w.system.size() + r.user.size();
+  return n;
+}
+
+void run(Opts o) {
+  o.engine.model_path = bench::model_path(o.model);
+  auto model = bench::load_model(o.engine.model_path);
+  auto &e = o.engine;
+  e.batch = std::min(e.batch, e.ctx);
+  e.ubatch = std::min(e.ubatch, e.batch);
+  const unsigned longest = 1 + o.work.system_tokens + o.work.prompt_max + o.work.output_max;
+  if (longest * e.slots > e.ctx) {
+    throw weft::Error(weft::Errc::invalid_argument,
+                      fmt::format("--ctx {} cannot hold {} slots of {} tokens (llama-server keeps one sequence per "
+                                  "slot); raise --ctx or lower --slots",
+                                  e.ctx, e.slots, longest));
+  }
+  if (e.step_tokens > e.batch) {
+    throw weft::Error(weft::Errc::invalid_argument,
+                      fmt::format("--step-tokens {} is above --batch {}", e.step_tokens, e.batch));
+  }
+  if (e.server_binary.empty()) e.server_binary = kDefaultServer;
+  if (e.threads == 0) e.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  e.server_banned = bench::invalid_utf8_tokens(model);
+  const auto work = bench::make_workload(o.work, model.n_vocab(), model.bos());
+
+  std::vector<std::string> engines;
+  if (o.target != "server") engines.push_back("weft");
+  if (o.target != "weft") engines.push_back("llama-server");
+  nlohmann::json results = nlohmann::json::array(), settings = nlohmann::json::object();
+  std::string failures;
+  for (const auto &name : engines) {
+    // One engine at a time: the other must not compete for the cores.
+    std::unique_ptr<bench::Target> target =
+        name == "weft" ? bench::make_weft_target(model, e) : bench::make_server_target(e);
+    const auto traces = bench::drive(*target, work, e.slots, o.timeout_s, !o.quiet);
+    settings[name] = target->settings();
+    auto r = bench::summarize(name, work, traces);
+    std::uint64_t cached = 0;
+    for (const auto &t : traces) cached += t.prompt_cached;
+    if (name == "weft") {
+      const auto ps = bench::weft_prefix_stats(*target);
+      settings[name]["prefix"] = ps;
+      cached = ps["prefix_tokens_reused"].get<std::uint64_t>();
+    }
+    r["prompt_tokens"] = prompt_tokens(work);
+    r["prompt_tokens_decoded"] = prompt_tokens(work) - std::min(prompt_tokens(work), cached);
+    target.reset();  // stops llama-server before the next engine runs
+    if (!r["errors"].empty()) failures += fmt::format("\n  {}: {}", name, r["errors"].dump());
+    results.push_back(std::move(r));
+  }
+
+  const auto &w = o.work;
+  fmt::print("\nweft bench prefix: {} NPCs arriving at {}/s, a shared lore of {} tokens and a sheet of {} each (sent "
+             "whole, nothing forked or warm), replies of {} tokens; {} slots, ctx {}, batch {}, ubatch {}; weft steps "
+             "of {} tokens; llama-server cache_prompt, --cache-reuse {}\n\n",
+             w.conversations, w.rate, w.system_tokens, w.prompt_min, w.output_min, e.slots, e.ctx, e.batch, e.ubatch,
+             e.step_tokens, e.cache_reuse);
+  fmt::print("| {:<12} | {:>9} | {:>13} | {:>8} | {:>8} | {:>8} | {:>7} | {:>7} |\n", "engine", "done",
+             "prompt decoded", "TTFT p50", "TTFT p99", "TTFT max", "tok/s", "E2E p50");
+  fmt::print("|--------------|-----------|---------------|----------|----------|----------|---------|---------|\n");
+  for (const auto &r : results) {
+    fmt::print("| {:<12} | {:>5}/{:<3} | {:>6}/{:<6} | {:>8.0f} | {:>8.0f} | {:>8.0f} | {:>7.1f} | {:>7.2f} |\n",
+               r["engine"].get<std::string>(), r["completed"].get<int>(), r["conversations"].get<int>(),
+               r["prompt_tokens_decoded"].get<std::uint64_t>(), r["prompt_tokens"].get<std::uint64_t>(),
+               r["ttft_ms"]["p50"].get<double>(), r["ttft_ms"]["p99"].get<double>(), r["ttft_ms"]["max"].get<double>(),
+               r["tokens_per_s"].get<double>(), r["e2e_s"]["p50"].get<double>());
+  }
+  fmt::print("(TTFT in ms from arrival, E2E in s; tok/s = generated tokens / (last reply - first arrival))\n");
+  if (results.size() == 2) {
+    const auto &a = results[0], &b = results[1];
+    const double ttft = a["ttft_ms"]["p50"].get<double>() / b["ttft_ms"]["p50"].get<double>();
+    const double tps = a["tokens_per_s"].get<double>() / b["tokens_per_s"].get<double>();
+    fmt::print("weft/llama-server: TTFT p50 {:.2f}x, TTFT p99 {:.2f}x, tok/s {:.2f}x (target: TTFT p50 <= 0.3x at "
+               "tok/s >= 1x: {})\n",
+               ttft, a["ttft_ms"]["p99"].get<double>() / b["ttft_ms"]["p99"].get<double>(), tps,
+               ttft <= 0.3 && tps >= 1.0 ? "met" : "not met");
+  }
+  if (!o.json.empty()) {
+    bench::write_json(o.json, {{"bench", "prefix"},
+                               {"model", e.model_path},
+                               {"model_description", model.description()},
+                               {"workload",
+                                {{"conversations", w.conversations},
+                                 {"rate", w.rate},
+                                 {"lore_tokens", w.system_tokens},
+                                 {"sheet_tokens", w.prompt_min},
+                                 {"output_tokens", w.output_min},
+                                 {"seed", w.seed}}},
+                               {"slots", e.slots},
+                               {"settings", settings},
+                               {"machine", bench::machine_info()},
+                               {"results", results}});
+  }
+  if (!failures.empty()) {
+    throw weft::Error(weft::Errc::backend, fmt::format("some conversations failed:{}", failures));
+  }
+}
+
+}  // namespace
+
+void add_bench_prefix(CLI::App &bench) {
+  auto o = std::make_shared<Opts>();
+  auto *cmd = bench.add_subcommand("prefix", "NPCs sharing a long lore, arriving over time: weft's prefix reuse vs "
+                                             "llama-server's cache_prompt/--cache-reuse (TTFT, throughput)");
+  auto &w = o->work;
+  auto &e = o->engine;
+  cmd->add_option("-m,--model", o->model, "GGUF model (default: the generated small model, made on first use)");
+  cmd->add_option("--target", o->target, "Engines to run")
+      ->check(CLI::IsMember({"weft", "server", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--server", e.server_binary, fmt::format("llama-server binary (default: {})",
+                                                           *kDefaultServer ? kDefaultServer : "none built in"));
+  cmd->add_option("--server-log", e.server_log, "Where llama-server's output goes (default: /tmp/weft-bench-...)");
+  cmd->add_option("--conversations", w.conversations, "NPCs")->check(CLI::Range(1u, 100000u))->capture_default_str();
+  cmd->add_option("--rate", w.rate, "Arrivals per second (Poisson)")->check(CLI::Range(1e-6, 1e6))->capture_default_str();
+  cmd->add_option("--lore-tokens", w.system_tokens, "Shared lore length")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--sheet-tokens", w.prompt_min, "Each NPC's own sheet")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--output", w.output_min, "Reply length (tokens)")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  cmd->add_option("--seed", w.seed, "Seed of arrivals and tokens")->capture_default_str();
+  cmd->add_option("--slots", e.slots, "NPCs served at once (llama-server --parallel)")
+      ->check(CLI::Range(1u, 255u))
+      ->capture_default_str();
+  cmd->add_option("--ctx", e.ctx, "KV cells (unified cache on both)")->check(CLI::Range(16u, 1u << 24))->capture_default_str();
+  cmd->add_option("--batch", e.batch, "n_batch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  cmd->add_option("--ubatch", e.ubatch, "n_ubatch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  cmd->add_option("--threads", e.threads, "CPU threads for each engine (0 = all)")->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--step-tokens", e.step_tokens, "weft: tokens per step")->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--cache-reuse", e.cache_reuse, "llama-server --cache-reuse (0 = not passed)")->capture_default_str();
+  cmd->add_option("--timeout", o->timeout_s, "Give up on an engine after this many seconds")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
+  cmd->add_flag("-q,--quiet", o->quiet, "No progress line");
+  cmd->callback([o] {
+    o->work.prompt_max = o->work.prompt_min;
+    o->work.output_max = o->work.output_min;
+    run(*o);
+  });
+}
+
+}  // namespace weft_cli
