@@ -5,11 +5,15 @@ set -eu
 
 pkgs="build-essential cmake ninja-build ccache git pkg-config ca-certificates
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-      mono-mcs mono-runtime"
+      mono-mcs mono-runtime chromium"
 # mono-mcs/mono-runtime: the C# binding is compiled and tested under Mono,
 # the runtime Unity embeds (bindings/csharp).
-# npm fetches the pinned llama.cpp; any npm on PATH will do.
+# chromium: the `weft serve` dashboard test drives it headless through
+# puppeteer-core (tests/serve).
+# npm fetches the pinned llama.cpp and the serve tests' npm clients; node
+# runs those tests. Any npm and node on PATH will do.
 command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
+command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs"
 
 missing=""
 for p in $pkgs; do

@@ -45,6 +45,12 @@ struct TokenizeOptions {
   bool parse_special = false;
 };
 
+// One message of a chat, for Model::apply_chat_template.
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant", ...
+  std::string content;  // plain text
+};
+
 struct DetokenizeOptions {
   // Drop BOS/EOS from the output. Default false.
   bool remove_special = false;
@@ -82,6 +88,22 @@ class WEFT_API Model {
   std::string description() const;
   // A metadata value by key ("general.name"); empty when absent.
   std::string meta(std::string_view key) const;
+  // The chat template stored in the GGUF (tokenizer.chat_template, a Jinja
+  // text); empty when the model has none.
+  std::string chat_template() const;
+  // Formats `messages` as one prompt with a chat template, ending with the
+  // assistant's turn opener when `add_assistant` is set. `tmpl` is the
+  // template to use: the name of one llama.cpp knows ("chatml", "llama2",
+  // "llama3", "gemma", ...; llama_chat_builtin_templates lists them) or a
+  // Jinja text it recognises; empty = the model's own (chat_template()),
+  // and when the model has none, "chatml" (the documented fallback, as in
+  // llama-server). llama.cpp matches templates by pattern and does not run
+  // Jinja: a template it does not recognise is refused with
+  // Errc::invalid_argument naming it, as is an empty message list. The
+  // result carries no BOS (tokenize with add_bos as the model wants).
+  // Thread-safe like every const method; it allocates only its result.
+  std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_assistant = true,
+                                  std::string_view tmpl = {}) const;
   // 64-bit identity of this model for state files: metadata, tensor shapes
   // and sampled bytes of the file. Equal files give equal fingerprints.
   std::uint64_t fingerprint() const noexcept;

@@ -4,11 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <vector>
 
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
@@ -231,6 +234,43 @@ std::string Model::meta(std::string_view key) const {
   if (static_cast<std::size_t>(n) >= out.size()) {
     out.resize(static_cast<std::size_t>(n) + 1);
     n = llama_model_meta_val_str(impl_->model, k.c_str(), out.data(), out.size());
+  }
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+std::string Model::chat_template() const {
+  const char *t = llama_model_chat_template(impl_->model, nullptr);
+  return t != nullptr ? std::string(t) : std::string();
+}
+
+std::string Model::apply_chat_template(std::span<const ChatMessage> messages, bool add_assistant,
+                                       std::string_view tmpl) const {
+  if (messages.empty()) detail::fail(Errc::invalid_argument, "apply_chat_template: no messages");
+  std::string name(tmpl);
+  if (name.empty()) name = chat_template();
+  if (name.empty()) name = "chatml";  // the documented fallback for models without a template
+  std::vector<llama_chat_message> chat;
+  chat.reserve(messages.size());
+  std::size_t chars = 0;
+  for (const auto &m : messages) {
+    chat.push_back({m.role.c_str(), m.content.c_str()});
+    chars += m.role.size() + m.content.size();
+  }
+  // llama.cpp returns the full length; grow once when the first guess is short.
+  std::string out(2 * chars + 256, '\0');
+  int32_t n = llama_chat_apply_template(name.c_str(), chat.data(), chat.size(), add_assistant, out.data(),
+                                        static_cast<int32_t>(std::min<std::size_t>(out.size(), INT32_MAX)));
+  if (n >= 0 && static_cast<std::size_t>(n) > out.size()) {
+    out.resize(static_cast<std::size_t>(n));
+    n = llama_chat_apply_template(name.c_str(), chat.data(), chat.size(), add_assistant, out.data(),
+                                  static_cast<int32_t>(out.size()));
+  }
+  if (n < 0) {
+    const std::string shown = name.size() > 60 ? name.substr(0, 60) + "..." : name;
+    detail::fail(Errc::invalid_argument,
+         fmt::format("chat template '{}' is not one llama.cpp supports (it matches known templates by pattern, "
+                     "without a Jinja engine)", shown));
   }
   out.resize(static_cast<std::size_t>(n));
   return out;

@@ -10,5 +10,6 @@ void add_corpus(CLI::App &app);
 void add_info(CLI::App &app);
 void add_demo(CLI::App &app);
 void add_bench(CLI::App &app);
+void add_serve(CLI::App &app);  // tools/weft/serve, when built with cpp-httplib
 
 }  // namespace weft_cli

@@ -22,6 +22,9 @@ int main(int argc, char **argv) {
   weft_cli::add_info(app);
   weft_cli::add_demo(app);
   weft_cli::add_bench(app);
+#ifdef WEFT_HAVE_SERVE
+  weft_cli::add_serve(app);
+#endif
   try {
     CLI11_PARSE(app, argc, argv);
   } catch (const weft::Error &e) {

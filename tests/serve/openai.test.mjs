@@ -1,0 +1,188 @@
+// weft serve through the official `openai` npm client: chat completions,
+// streaming, stop strings, JSON schema, errors, concurrent streams — each
+// result compared with the same request run straight on weft's C++ API
+// (serve_reference), for the same seed.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { startServer, reference, requireNpm } from "./helpers.mjs";
+
+const OpenAI = requireNpm("openai");
+let server, client;
+
+before(async () => {
+  server = await startServer();
+  client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0, timeout: 60000 });
+});
+after(async () => {
+  const r = await server.stop();
+  assert.equal(r.code, 0, "weft serve exits 0 on SIGTERM:\n" + server.log());
+});
+
+const chat = (content, extra = {}) => ({
+  model: "tiny",
+  messages: [{ role: "system", content: "You are terse." }, { role: "user", content }],
+  max_tokens: 16, temperature: 0.9, seed: 11, ...extra,
+});
+// Exact comparisons sample without top_p: top_p sorts the candidates by
+// probability, and a random model's near-uniform distribution over 32000
+// tokens has near-ties whose order flips with the last-bit differences of
+// another KV-cell placement. The plain distribution draws in vocabulary
+// order, where such noise does not move the draw.
+// The reference reads the same fields, minus what it does not need.
+const refOf = (req) => reference({ messages: req.messages, max_tokens: req.max_tokens, temperature: req.temperature,
+  top_p: req.top_p, seed: req.seed, ...(req.stop ? { stop: req.stop } : {}) });
+
+test("models lists the served model", async () => {
+  const list = await client.models.list();
+  assert.deepEqual(list.data.map((m) => m.id), ["tiny"]);
+});
+
+test("a chat completion equals the executor's own result for the seed", async () => {
+  const req = chat("Tell me about the forge.");
+  const r = await client.chat.completions.create(req);
+  const ref = refOf(req);
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.equal(r.choices[0].message.content, ref.text);
+  assert.equal(r.choices[0].finish_reason, ref.finish_reason);
+  assert.equal(r.usage.prompt_tokens, ref.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, ref.completion_tokens);
+  assert.equal(r.usage.total_tokens, ref.prompt_tokens + ref.completion_tokens);
+  // Another seed gives another text (the seed reaches the sampler).
+  const other = await client.chat.completions.create({ ...req, seed: 12 });
+  assert.equal(other.choices[0].message.content, refOf({ ...req, seed: 12 }).text);
+  assert.notEqual(other.choices[0].message.content, r.choices[0].message.content);
+});
+
+test("top_p reaches the sampler: a tiny nucleus is the greedy choice", async () => {
+  const greedy = refOf(chat("Any rumours?", { temperature: 0, max_tokens: 12 })).text;
+  const hot = { temperature: 1.5, seed: 4, max_tokens: 12 };
+  const nucleus = await client.chat.completions.create(chat("Any rumours?", { ...hot, top_p: 1e-9 }));
+  assert.equal(nucleus.choices[0].message.content, greedy);
+  const wide = await client.chat.completions.create(chat("Any rumours?", hot));
+  assert.notEqual(wide.choices[0].message.content, greedy);
+});
+
+test("streaming sends the same text as deltas, then usage", async () => {
+  const req = chat("What do you sell?", { seed: 5, max_tokens: 20 });
+  const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let text = "", finish = null, usage = null, chunks = 0, role = null;
+  for await (const ch of stream) {
+    chunks++;
+    assert.equal(ch.object, "chat.completion.chunk");
+    if (ch.usage) usage = ch.usage;
+    for (const c of ch.choices) {
+      if (c.delta.role) role = c.delta.role;
+      if (c.delta.content) text += c.delta.content;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  const ref = refOf(req);
+  assert.equal(role, "assistant");
+  assert.ok(chunks >= 3, `only ${chunks} chunks`);
+  assert.equal(text, ref.text);
+  assert.equal(finish, ref.finish_reason);
+  assert.deepEqual(usage, { prompt_tokens: ref.prompt_tokens, completion_tokens: ref.completion_tokens,
+    total_tokens: ref.prompt_tokens + ref.completion_tokens });
+});
+
+test("completions: raw prompt text, streamed and not", async () => {
+  const req = { model: "tiny", prompt: "Once upon a time", max_tokens: 12, temperature: 0.7, seed: 3 };
+  const ref = reference({ prompt: req.prompt, max_tokens: 12, temperature: 0.7, seed: 3 });
+  const r = await client.completions.create(req);
+  assert.equal(r.object, "text_completion");
+  assert.equal(r.choices[0].text, ref.text);
+  assert.equal(r.usage.prompt_tokens, ref.prompt_tokens);
+  let text = "";
+  for await (const ch of await client.completions.create({ ...req, stream: true })) text += ch.choices[0]?.text ?? "";
+  assert.equal(text, ref.text);
+});
+
+test("stop strings cut the text where the executor's text first has them", async () => {
+  const base = chat("Describe the town.", { temperature: 0, max_tokens: 24 });
+  const full = refOf(base).text;
+  // A stop string from the middle of the greedy text (not the first piece).
+  const at = Math.floor(full.length / 2);
+  const stop = full.slice(at, at + 3);
+  assert.ok(stop.trim().length > 0 && full.length > 8, `unusable greedy text ${JSON.stringify(full)}`);
+  const r = await client.chat.completions.create({ ...base, stop: [stop, "\u0001never"] });
+  assert.equal(r.choices[0].message.content, full.slice(0, full.indexOf(stop)));
+  assert.equal(r.choices[0].finish_reason, "stop");
+  let text = "";
+  for await (const ch of await client.chat.completions.create({ ...base, stop, stream: true }))
+    text += ch.choices[0]?.delta?.content ?? "";
+  assert.equal(text, full.slice(0, full.indexOf(stop)));
+});
+
+test("response_format json_schema: the reply parses and fits the schema", async () => {
+  const schema = { type: "object", additionalProperties: false, required: ["mood", "level", "armed"],
+    properties: { mood: { enum: ["calm", "angry", "sly"] }, level: { type: "integer" }, armed: { type: "boolean" } } };
+  for (const seed of [1, 2]) {
+    const r = await client.chat.completions.create(chat("Report.", { seed, max_tokens: 120,
+      response_format: { type: "json_schema", json_schema: { name: "npc", schema, strict: true } } }));
+    const text = r.choices[0].message.content;
+    assert.equal(r.choices[0].finish_reason, "stop", text);
+    const v = JSON.parse(text);
+    assert.deepEqual(Object.keys(v).sort(), ["armed", "level", "mood"]);
+    assert.ok(["calm", "angry", "sly"].includes(v.mood), text);
+    assert.ok(Number.isInteger(v.level), text);
+    assert.equal(typeof v.armed, "boolean");
+  }
+  // Without the schema the same seed's text is not JSON (the grammar did the work).
+  const plain = await client.chat.completions.create(chat("Report.", { seed: 1, max_tokens: 30 }));
+  assert.throws(() => JSON.parse(plain.choices[0].message.content));
+});
+
+test("errors: OpenAI's shape and status codes", async () => {
+  const expectError = async (req, status, param, code) => {
+    await assert.rejects(client.chat.completions.create(req), (e) => {
+      assert.ok(e instanceof OpenAI.APIError, String(e));
+      assert.equal(e.status, status, e.message);
+      if (param !== undefined) assert.equal(e.param, param, e.message);
+      if (code !== undefined) assert.equal(e.code, code, e.message);
+      return true;
+    });
+  };
+  await expectError({ ...chat("x"), model: "gpt-4o" }, 404, "model", "model_not_found");
+  await expectError(chat("x", { temperature: 5 }), 400, "temperature");
+  await expectError(chat("x", { top_p: 0 }), 400, "top_p");
+  await expectError(chat("x", { max_tokens: "many" }), 400, "max_tokens", "invalid_type");
+  await expectError(chat("x", { max_tokens: 0 }), 400, "max_tokens");
+  await expectError(chat("x", { max_tokens: 1 << 20 }), 400, "max_tokens", "max_tokens_exceeded");
+  await expectError(chat("x", { n: 2 }), 400, "n");
+  await expectError(chat("x", { stop: ["a", "b", "c", "d", "e"] }), 400, "stop");
+  await expectError({ model: "tiny", messages: [] }, 400, "messages");
+  await expectError({ model: "tiny", messages: [{ role: "user", content: 7 }] }, 400, "messages[0].content");
+  await expectError(chat("x", { response_format: { type: "xml" } }), 400, "response_format");
+  await expectError(chat("word ".repeat(1500)), 400, undefined, "context_length_exceeded");
+  // The server still answers.
+  const r = await client.chat.completions.create(chat("still there?", { max_tokens: 2 }));
+  assert.equal(r.usage.completion_tokens, 2);
+});
+
+test("concurrent streams each finish with the executor's text", async () => {
+  // Greedy: the tiny model's batch-composition noise (normalised MSE ~2e-7,
+  // docs/EXECUTOR.md) is far below its top-two logit gaps on these prompts,
+  // so sharing batches does not change a greedy choice.
+  const reqs = ["Greetings.", "Any work?", "Farewell.", "Who rules here?", "A sword, please."].map((q, i) =>
+    chat(q, { temperature: 0, max_tokens: 24 + 4 * i }));
+  const t0 = Date.now();
+  const results = await Promise.all(reqs.map(async (req) => {
+    let text = "", finish = null, deltas = 0;
+    for await (const ch of await client.chat.completions.create({ ...req, stream: true })) {
+      const c = ch.choices[0];
+      if (c?.delta?.content) { text += c.delta.content; deltas++; }
+      if (c?.finish_reason) finish = c.finish_reason;
+    }
+    return { text, finish, deltas };
+  }));
+  const ms = Date.now() - t0;
+  results.forEach((r, i) => {
+    const ref = refOf(reqs[i]);
+    assert.equal(r.text, ref.text, `stream ${i}`);
+    assert.equal(r.finish, ref.finish_reason, `stream ${i}`);
+    assert.ok(r.deltas > 1, `stream ${i} came in one piece`);
+  });
+  assert.ok(ms < 30000, `five short streams took ${ms} ms`);
+});

@@ -1,0 +1,77 @@
+// weft serve: the command — options, signals, and the serve loop.
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+
+#include <pthread.h>
+
+#include "commands.hpp"
+#include "serve/server.hpp"
+#include "weft/weft.hpp"
+
+namespace weft_cli {
+
+void add_serve(CLI::App &app) {
+  auto o = std::make_shared<serve::ServeOptions>();
+  auto *cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with conversations as resources (docs/SERVE.md)");
+  cmd->add_option("-m,--model", o->model, "GGUF model path")->required();
+  cmd->add_option("--alias", o->alias, "Model name clients send (default: the file's stem)");
+  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port; 0 picks a free one (printed)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--parallel", o->parallel, "Sequence slots: conversations resident at once")->capture_default_str();
+  cmd->add_option("-c,--ctx", o->ctx, "KV cells shared by all conversations")->capture_default_str();
+  cmd->add_option("-b,--batch", o->batch, "Most tokens per step")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Decode threads (0: all)")->capture_default_str();
+  cmd->add_option("--spill-ram-mb", o->spill_ram_mb, "RAM for parked conversations' KV data")->capture_default_str();
+  cmd->add_option("--spill-dir", o->spill_dir, "Directory for parked KV data once RAM is full (default: none)");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Chat template name or text (default: the model's, else chatml)");
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body")->capture_default_str();
+  cmd->add_option("--max-tokens", o->max_tokens, "Most tokens one request may generate")->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 24));
+  cmd->add_option("--max-conversations", o->max_conversations, "Most live conversations (requests' included)")
+      ->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("--timeout", o->request_timeout_s, "Seconds one generation may run")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--read-timeout", o->read_timeout_s, "Seconds a client may stay silent mid-request")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  cmd->add_option("--http-threads", o->http_threads, "Connections served at once")->capture_default_str()
+      ->check(CLI::Range(2, 4096));
+  cmd->add_option("--shutdown-grace", o->shutdown_grace_s, "Seconds running generations may finish on SIGTERM")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->callback([o] {
+    // SIGINT/SIGTERM are taken by sigtimedwait below: blocked here, before
+    // any thread starts, so every thread inherits the mask.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);  // a client that goes away is a failed write, not a death
+
+    serve::ServeApp server(*o);
+    const int port = server.bind();
+    server.start();
+    const auto &c = server.context();
+    fmt::print("weft serve: model {} ({}), {} KV cells, {} slots\n", c.model_name, c.model.description(), c.n_ctx(),
+               o->parallel);
+    fmt::print("weft serve: listening on http://{}:{}\n", o->host, port);
+    std::fflush(stdout);
+    int sig = 0;
+    const timespec slice{0, 200'000'000};
+    while (server.running()) {
+      sig = sigtimedwait(&sigs, nullptr, &slice);
+      if (sig == SIGINT || sig == SIGTERM) break;
+    }
+    fmt::print("weft serve: {}, shutting down\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "stopped");
+    std::fflush(stdout);
+    server.shutdown();
+    fmt::print("weft serve: stopped\n");
+    std::fflush(stdout);
+  });
+}
+
+}  // namespace weft_cli

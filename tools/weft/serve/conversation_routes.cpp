@@ -1,0 +1,206 @@
+// weft serve: conversations as resources.
+#include "serve/conversation_routes.hpp"
+
+#include <fmt/format.h>
+
+#include "serve/api_error.hpp"
+#include "serve/generation_run.hpp"
+#include "serve/request_params.hpp"
+#include "serve/sse.hpp"
+
+namespace weft_cli::serve {
+
+namespace {
+
+Json conversation_json(ServeContext &ctx, ConvEntry &e, bool with_tokens) {
+  const auto &c = e.conv;
+  Json j = {{"id", e.id},
+            {"object", "conversation"},
+            {"kind", e.kind},
+            {"n_tokens", c.n_tokens()},
+            {"n_decoded", c.n_decoded()},
+            {"n_queued", c.n_queued()},
+            {"n_cells", c.n_cells()},
+            {"residency", weft::residency_name(c.residency())},
+            {"tokens_per_second", e.tokens_per_second()},
+            {"age_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - e.created).count()}};
+  const auto g = e.generation();
+  const bool generating = g && !g->done();
+  j["generating"] = generating;
+  j["generated_tokens"] = g ? g->n_tokens() : 0;
+  const auto err = c.error();
+  j["error"] = err ? Json(err->what()) : Json(nullptr);
+  if (with_tokens) {
+    const auto tokens = c.tokens();
+    j["tokens"] = tokens;
+    j["text"] = ctx.model.detokenize(tokens, {.remove_special = true});
+  }
+  return j;
+}
+
+std::string id_of(const httplib::Request &req) { return req.path_params.at("id"); }
+
+Json optional_body(const httplib::Request &req) {
+  if (req.body.empty()) return Json::object();
+  return parse_body(req);
+}
+
+void refuse_when_draining(const ServeContext &ctx) {
+  if (ctx.draining.load()) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down");
+}
+
+void create(ServeContext &ctx, const httplib::Request &req, httplib::Response &res) {
+  refuse_when_draining(ctx);
+  const Json body = optional_body(req);
+  std::string id;
+  if (const Json *v = optional_field(body, "id", Json::value_t::string, "a string")) id = v->get<std::string>();
+  std::string prefix;
+  bool special = false;
+  if (body.contains("messages")) {
+    prefix = ctx.model.apply_chat_template(parse_messages(body), false, ctx.chat_template);
+    special = true;
+  } else if (const Json *v = optional_field(body, "prefix", Json::value_t::string, "a string")) {
+    prefix = v->get<std::string>();
+  }
+  auto entry = ctx.registry.add(ctx.ex->create(), "conversation", id);
+  try {
+    if (!prefix.empty()) {
+      entry->conv.prompt(prefix, {.add_bos = ctx.model.bos() >= 0, .parse_special = special});
+      ctx.stepper->wake();
+    }
+  } catch (const weft::Error &e) {
+    ctx.registry.remove(entry->id);
+    if (e.code() == weft::Errc::out_of_range)
+      throw ApiError(400, "invalid_request_error", "context_length_exceeded", e.what(), "prefix");
+    throw;
+  }
+  send_json(res, conversation_json(ctx, *entry, false), 201);
+}
+
+void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response &res) {
+  refuse_when_draining(ctx);
+  auto entry = ctx.registry.get(id_of(req));
+  const Json body = parse_body(req);
+  std::string content;
+  if (const Json *v = optional_field(body, "content", Json::value_t::string, "a string")) content = v->get<std::string>();
+  bool special = false;
+  if (const Json *v = optional_field(body, "parse_special", Json::value_t::boolean, "true or false")) special = v->get<bool>();
+  const auto n_before = entry->conv.n_tokens();
+  std::vector<weft::Token> tokens;
+  if (!content.empty())
+    tokens = ctx.model.tokenize(content, {.add_bos = n_before == 0 && ctx.model.bos() >= 0, .parse_special = special});
+  const auto n_ctx = ctx.n_ctx();
+  if (n_before + tokens.size() + 1 > n_ctx)
+    throw ApiError(400, "invalid_request_error", "context_length_exceeded",
+                   fmt::format("the conversation holds {} tokens and the message adds {}; the context holds {}",
+                               n_before, tokens.size(), n_ctx),
+                   "content");
+  auto g = parse_generation(body, ctx.opt.max_tokens, n_ctx - n_before - static_cast<std::uint32_t>(tokens.size()));
+  auto run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params);
+  const std::string id = entry->id;
+  auto final_json = [id](const RunOutcome &o) {
+    const auto c = o.result.tokens.size();
+    return Json{{"id", id},
+                {"object", "conversation.message"},
+                {"text", o.result.text},
+                {"finish_reason", finish_reason_word(o.result.reason)},
+                {"usage", {{"prompt_tokens", o.prompt_tokens}, {"completion_tokens", c}, {"total_tokens", o.prompt_tokens + c}}}};
+  };
+  if (!g.stream) {
+    const auto o = wait_run(*run);
+    const auto events = stream_error_events(o);
+    if (!events.empty() && o.end != RunEnd::normal) {
+      const auto &e = events.front()["error"];
+      throw ApiError(o.end == RunEnd::timeout ? 504 : 503, e["type"], e["code"], e["message"]);
+    }
+    send_json(res, final_json(o));
+    return;
+  }
+  stream_run(res, run,
+             SseCallbacks{.begin = nullptr,
+                          .text = [id](std::string_view t) -> std::vector<Json> {
+                            return {Json{{"id", id}, {"object", "conversation.message.delta"}, {"text", t}}};
+                          },
+                          .end = [final_json](const RunOutcome &o) -> std::vector<Json> { return {final_json(o)}; },
+                          .cleanup = nullptr});
+}
+
+void put_state(ServeContext &ctx, const httplib::Request &req, httplib::Response &res) {
+  refuse_when_draining(ctx);
+  const std::string id = id_of(req);
+  if (req.body.empty()) throw bad_param("body", "PUT /state needs the state bytes as the body");
+  const auto *p = reinterpret_cast<const std::uint8_t *>(req.body.data());
+  weft::Conversation conv = ctx.ex->load(std::span<const std::uint8_t>(p, req.body.size()));
+  // Loading replaces a conversation of that id; the old one goes only once
+  // the new one loaded.
+  const bool replaced = ctx.registry.remove(id);
+  auto entry = ctx.registry.add(std::move(conv), "conversation", id);
+  ctx.stepper->wake();
+  send_json(res, conversation_json(ctx, *entry, false), replaced ? 200 : 201);
+}
+
+}  // namespace
+
+void add_conversation_routes(httplib::Server &svr, ServeContext &ctx) {
+  svr.Get("/v1/conversations", guarded([&ctx](const httplib::Request &, httplib::Response &res) {
+            Json list = Json::array();
+            for (const auto &e : ctx.registry.list()) {
+              try {
+                list.push_back(conversation_json(ctx, *e, false));
+              } catch (const weft::Error &) {
+                // removed while listing
+              }
+            }
+            send_json(res, Json{{"object", "list"}, {"data", list}});
+          }));
+  svr.Post("/v1/conversations", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+             create(ctx, req, res);
+           }));
+  svr.Get("/v1/conversations/:id", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+            send_json(res, conversation_json(ctx, *ctx.registry.get(id_of(req)), true));
+          }));
+  svr.Delete("/v1/conversations/:id", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+               const std::string id = id_of(req);
+               ctx.registry.get(id);  // 404 when absent
+               ctx.registry.remove(id);
+               ctx.stepper->wake();
+               send_json(res, Json{{"id", id}, {"object", "conversation"}, {"deleted", true}});
+             }));
+  svr.Post("/v1/conversations/:id/fork", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+             refuse_when_draining(ctx);
+             auto src = ctx.registry.get(id_of(req));
+             const Json body = optional_body(req);
+             std::string id;
+             if (const Json *v = optional_field(body, "id", Json::value_t::string, "a string")) id = v->get<std::string>();
+             auto entry = ctx.registry.add(src->conv.fork(), "conversation", id);
+             ctx.stepper->wake();
+             send_json(res, conversation_json(ctx, *entry, false), 201);
+           }));
+  svr.Post("/v1/conversations/:id/rewind", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+             auto e = ctx.registry.get(id_of(req));
+             const Json body = parse_body(req);
+             const auto it = body.find("n");
+             if (it == body.end() || !it->is_number_unsigned())
+               throw bad_param("n", "'n' must be a non-negative integer (tokens to drop)", "invalid_type");
+             const auto n = it->get<std::uint64_t>();
+             const auto have = e->conv.n_tokens();
+             if (n > have)
+               throw bad_param("n", fmt::format("'n' is {}; conversation '{}' holds {} tokens", n, e->id, have));
+             e->conv.rewind(static_cast<std::uint32_t>(n));
+             ctx.stepper->wake();
+             send_json(res, conversation_json(ctx, *e, false));
+           }));
+  svr.Post("/v1/conversations/:id/messages", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+             messages(ctx, req, res);
+           }));
+  svr.Get("/v1/conversations/:id/state", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+            const auto bytes = ctx.registry.get(id_of(req))->conv.save();
+            res.status = 200;
+            res.set_content(std::string(bytes.begin(), bytes.end()), "application/octet-stream");
+          }));
+  svr.Put("/v1/conversations/:id/state", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+            put_state(ctx, req, res);
+          }));
+}
+
+}  // namespace weft_cli::serve

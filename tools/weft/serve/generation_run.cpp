@@ -1,0 +1,119 @@
+// weft serve: one request's generation.
+#include "serve/generation_run.hpp"
+
+#include <fmt/format.h>
+
+#include "serve/api_error.hpp"
+
+namespace weft_cli::serve {
+
+const char *finish_reason_word(weft::FinishReason r) {
+  switch (r) {
+    case weft::FinishReason::max_tokens:
+    case weft::FinishReason::context_full: return "length";
+    case weft::FinishReason::end_of_generation:
+    case weft::FinishReason::stop_string: return "stop";
+    case weft::FinishReason::cancelled: return "cancelled";
+    case weft::FinishReason::error: return "error";
+    case weft::FinishReason::running: break;
+  }
+  return "running";
+}
+
+GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry,
+                             const std::vector<weft::Token> &prompt, weft::GenerateParams params)
+    : ctx_(ctx), entry_(std::move(entry)) {
+  if (ctx_.draining.load())
+    throw ApiError(503, "server_error", "shutting_down", "the server is shutting down; no new generations");
+  if (!entry_->try_claim())
+    throw ApiError(409, "invalid_request_error", "conversation_busy",
+                   fmt::format("conversation '{}' is generating for another request", entry_->id));
+  claimed_ = true;
+  ++ctx_.active_runs;
+  try {
+    if (!prompt.empty()) {
+      try {
+        entry_->conv.prompt(prompt);
+      } catch (const weft::Error &e) {
+        if (e.code() == weft::Errc::out_of_range)
+          throw ApiError(400, "invalid_request_error", "context_length_exceeded",
+                         fmt::format("the prompt does not fit the context: {}", e.what()));
+        throw;
+      }
+      prompt_tokens_ = static_cast<std::uint32_t>(prompt.size());
+    }
+    params.on_token = [ch = ch_](weft::Token, std::string_view text) {
+      if (text.empty()) return;
+      {
+        std::lock_guard lk(ch->mu);
+        ch->text.append(text);
+      }
+      ch->cv.notify_all();
+    };
+    gen_ = entry_->conv.generate(params);
+    entry_->set_generation(gen_);
+  } catch (...) {
+    // Whatever was queued stays in a /v1/conversations conversation, as
+    // Conversation::prompt() documents; the claim goes back.
+    entry_->release();
+    --ctx_.active_runs;
+    claimed_ = false;
+    throw;
+  }
+  deadline_ = std::chrono::steady_clock::now() +
+              std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::duration<double>(ctx_.opt.request_timeout_s));
+  ctx_.counters.prompt_tokens += prompt_tokens_;
+  ctx_.stepper->wake();
+}
+
+GenerationRun::~GenerationRun() {
+  if (!claimed_) return;
+  if (!gen_.done()) gen_.cancel();
+  ctx_.counters.completion_tokens += gen_.n_tokens();
+  entry_->release();
+  --ctx_.active_runs;
+}
+
+void GenerationRun::enforce_limits() {
+  if (gen_.done()) return;
+  if (ctx_.cancel_all.load()) {
+    cancel(RunEnd::shutdown);
+  } else if (std::chrono::steady_clock::now() >= deadline_) {
+    cancel(RunEnd::timeout);
+    ++ctx_.counters.timeouts;
+  }
+}
+
+void GenerationRun::cancel(RunEnd why) {
+  if (gen_.done()) return;
+  if (end_ == RunEnd::normal) end_ = why;
+  gen_.cancel();
+  if (why == RunEnd::disconnect) ++ctx_.counters.disconnects;
+}
+
+std::string GenerationRun::next(std::chrono::milliseconds wait) {
+  enforce_limits();
+  std::unique_lock lk(ch_->mu);
+  // The final token's callback returns before done() turns true, so a short
+  // wait and a second look never lose text.
+  if (ch_->text.empty() && !gen_.done()) ch_->cv.wait_for(lk, wait, [&] { return !ch_->text.empty(); });
+  return std::exchange(ch_->text, std::string());
+}
+
+bool GenerationRun::finished() {
+  if (!gen_.done()) return false;
+  std::lock_guard lk(ch_->mu);
+  return ch_->text.empty();
+}
+
+RunOutcome GenerationRun::outcome() const {
+  return RunOutcome{.result = gen_.result(), .end = end_, .prompt_tokens = prompt_tokens_};
+}
+
+RunOutcome wait_run(GenerationRun &run) {
+  while (!run.finished()) run.next(std::chrono::milliseconds(50));
+  return run.outcome();
+}
+
+}  // namespace weft_cli::serve

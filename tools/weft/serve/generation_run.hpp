@@ -1,0 +1,79 @@
+// weft serve: one request's generation — prompt, generate, collect the text
+// as it is released, and end it on the request's deadline, on shutdown or
+// when the client goes away.
+//
+// The executor's on_token callback (on the stepping thread) only appends to
+// a buffer under a mutex and notifies; the HTTP thread takes the text with
+// bounded waits, so neither ever waits long for the other.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "serve/registry.hpp"
+#include "serve/serve_context.hpp"
+#include "weft/generation.hpp"
+
+namespace weft_cli::serve {
+
+enum class RunEnd { normal, timeout, shutdown, disconnect };
+
+struct RunOutcome {
+  weft::GenerationResult result;
+  RunEnd end = RunEnd::normal;
+  std::uint32_t prompt_tokens = 0;
+};
+
+// "stop", "length", "cancelled" or "error": OpenAI's finish_reason words,
+// plus weft's two.
+const char *finish_reason_word(weft::FinishReason r);
+
+class GenerationRun {
+ public:
+  // Claims the conversation (409 when a request already generates on it),
+  // queues `prompt` (may be empty), starts generating with `params`
+  // (on_token is set here) and wakes the stepper. Throws ApiError; a
+  // context-length refusal is 400 context_length_exceeded.
+  GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry, const std::vector<weft::Token> &prompt,
+                weft::GenerateParams params);
+  ~GenerationRun();
+  GenerationRun(const GenerationRun &) = delete;
+  GenerationRun &operator=(const GenerationRun &) = delete;
+
+  // Text released since the last call; waits up to `wait` when there is
+  // none yet. Also enforces the deadline and shutdown.
+  std::string next(std::chrono::milliseconds wait);
+  // The generation ended and next() has handed out all its text.
+  bool finished();
+  // Ends it now (the client went away).
+  void cancel(RunEnd why);
+  // Complete once finished().
+  RunOutcome outcome() const;
+  const std::shared_ptr<ConvEntry> &entry() const { return entry_; }
+
+ private:
+  struct Channel {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::string text;
+  };
+  void enforce_limits();
+
+  ServeContext &ctx_;
+  std::shared_ptr<ConvEntry> entry_;
+  std::shared_ptr<Channel> ch_ = std::make_shared<Channel>();
+  weft::Generation gen_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::uint32_t prompt_tokens_ = 0;
+  RunEnd end_ = RunEnd::normal;
+  bool claimed_ = false;
+};
+
+// Waits (in bounded slices) until the run finishes; for non-streaming replies.
+RunOutcome wait_run(GenerationRun &run);
+
+}  // namespace weft_cli::serve

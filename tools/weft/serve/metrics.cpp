@@ -1,0 +1,132 @@
+// weft serve: Prometheus metrics and the dashboard's status JSON.
+#include "serve/metrics.hpp"
+
+#include <fmt/format.h>
+
+#include "serve/api_error.hpp"
+
+namespace weft_cli::serve {
+
+namespace {
+
+struct Out {
+  std::string s;
+  void head(const char *name, const char *type, const char *help) {
+    s += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  template <class T> void line(const char *name, T v, const std::string &labels = {}) {
+    s += fmt::format("{}{} {}\n", name, labels.empty() ? "" : "{" + labels + "}", v);
+  }
+  template <class T> void one(const char *name, const char *type, const char *help, T v) {
+    head(name, type, help);
+    line(name, v);
+  }
+};
+
+}  // namespace
+
+std::string prometheus_text(ServeContext &ctx) {
+  const auto st = ctx.ex->stats();
+  Out o;
+  o.one("weft_steps_total", "counter", "Executor steps run", st.steps);
+  o.one("weft_tokens_decoded_total", "counter", "Tokens decoded into the KV cache", st.tokens_decoded);
+  o.one("weft_tokens_sampled_total", "counter", "Tokens sampled for generations", st.tokens_sampled);
+  o.one("weft_decode_failures_total", "counter", "llama_decode failures", st.decode_failures);
+  o.one("weft_queued_tokens", "gauge", "Tokens queued, not yet decoded", st.queued_tokens);
+  o.one("weft_conversations", "gauge", "Live conversations", st.conversations);
+  o.one("weft_generating", "gauge", "Conversations generating", st.generating);
+  o.head("weft_conversations_residency", "gauge", "Conversations by where their KV data is");
+  o.line("weft_conversations_residency", st.resident, "residency=\"resident\"");
+  o.line("weft_conversations_residency", st.parked_ram, "residency=\"ram\"");
+  o.line("weft_conversations_residency", st.parked_disk, "residency=\"disk\"");
+  o.line("weft_conversations_residency", st.parked_recompute, "residency=\"recompute\"");
+  o.one("weft_kv_cells", "gauge", "KV cells in the cache (n_ctx)", st.n_ctx);
+  o.one("weft_kv_cells_used", "gauge", "KV cells in use (shared prefixes once)", st.cells_used);
+  o.one("weft_slots_used", "gauge", "Sequence slots held", st.slots_used);
+  o.one("weft_slots", "gauge", "Sequence slots (--parallel)", st.n_seq_max);
+  o.one("weft_parks_total", "counter", "Conversations parked", st.parks);
+  o.one("weft_restores_total", "counter", "Conversations restored from RAM or disk", st.restores);
+  o.one("weft_recomputes_total", "counter", "Conversations re-decoded from tokens", st.recomputes);
+  o.one("weft_spill_ram_bytes", "gauge", "Parked KV data in RAM", st.ram_bytes);
+  o.one("weft_spill_disk_bytes", "gauge", "Parked KV data on disk", st.disk_bytes);
+
+  const auto h = ctx.stepper->histogram();
+  o.head("weft_step_duration_seconds", "histogram", "Wall time of steps that decoded or sampled");
+  std::uint64_t cum = 0;
+  for (std::size_t i = 0; i < kStepBuckets.size(); ++i) {
+    cum += h.counts[i];
+    o.line("weft_step_duration_seconds_bucket", cum, fmt::format("le=\"{}\"", kStepBuckets[i]));
+  }
+  cum += h.counts.back();
+  o.line("weft_step_duration_seconds_bucket", cum, "le=\"+Inf\"");
+  o.line("weft_step_duration_seconds_sum", h.sum_s);
+  o.line("weft_step_duration_seconds_count", h.count);
+  o.one("weft_step_errors_total", "counter", "step() calls that threw", ctx.stepper->step_errors());
+
+  o.one("weft_prompt_tokens_total", "counter", "Prompt tokens of requests", ctx.counters.prompt_tokens.load());
+  o.one("weft_completion_tokens_total", "counter", "Tokens generated for requests", ctx.counters.completion_tokens.load());
+  o.one("weft_request_timeouts_total", "counter", "Generations cut by --timeout", ctx.counters.timeouts.load());
+  o.one("weft_client_disconnects_total", "counter", "Streams whose client went away", ctx.counters.disconnects.load());
+  o.one("weft_active_generations", "gauge", "Generations requests are waiting on", ctx.active_runs.load());
+  o.head("weft_http_requests_total", "counter", "HTTP requests answered, by route and status");
+  {
+    std::lock_guard lk(ctx.counters.mu);
+    for (const auto &[k, n] : ctx.counters.requests)
+      o.line("weft_http_requests_total", n, fmt::format("route=\"{}\",code=\"{}\"", k.first, k.second));
+  }
+  return o.s;
+}
+
+void add_metrics_routes(httplib::Server &svr, ServeContext &ctx) {
+  svr.Get("/metrics", guarded([&ctx](const httplib::Request &, httplib::Response &res) {
+            res.set_content(prometheus_text(ctx), "text/plain; version=0.0.4");
+          }));
+  svr.Get("/health", [](const httplib::Request &, httplib::Response &res) {
+    res.set_content("{\"status\":\"ok\"}", "application/json");
+  });
+  svr.Get("/v1/status", guarded([&ctx](const httplib::Request &, httplib::Response &res) {
+            const auto st = ctx.ex->stats();
+            Json convs = Json::array();
+            for (const auto &e : ctx.registry.list()) {
+              try {
+                const auto g = e->generation();
+                convs.push_back({{"id", e->id},
+                                 {"kind", e->kind},
+                                 {"residency", weft::residency_name(e->conv.residency())},
+                                 {"n_tokens", e->conv.n_tokens()},
+                                 {"n_cells", e->conv.n_cells()},
+                                 {"n_queued", e->conv.n_queued()},
+                                 {"generating", g && !g->done()},
+                                 {"tokens_per_second", e->tokens_per_second()}});
+              } catch (const weft::Error &) {
+                // removed while listing
+              }
+            }
+            Json steps = Json::array();
+            const double now = ctx.stepper->uptime_s();
+            for (const auto &s : ctx.stepper->last_minute())
+              steps.push_back({{"t", static_cast<double>(s.second) - now},
+                               {"steps", s.steps},
+                               {"tokens", s.tokens},
+                               {"mean_ms", s.steps ? s.sum_ms / s.steps : 0.0},
+                               {"max_ms", s.max_ms}});
+            send_json(res, Json{{"model", ctx.model_name},
+                                {"uptime_s", now},
+                                {"n_ctx", st.n_ctx},
+                                {"cells_used", st.cells_used},
+                                {"slots", st.n_seq_max},
+                                {"slots_used", st.slots_used},
+                                {"queued_tokens", st.queued_tokens},
+                                {"steps", st.steps},
+                                {"tokens_decoded", st.tokens_decoded},
+                                {"tokens_sampled", st.tokens_sampled},
+                                {"step_ms_p50", st.step_ms_p50},
+                                {"step_ms_p99", st.step_ms_p99},
+                                {"residency", {{"resident", st.resident}, {"ram", st.parked_ram},
+                                               {"disk", st.parked_disk}, {"recompute", st.parked_recompute}}},
+                                {"conversations", convs},
+                                {"step_seconds", steps}});
+          }));
+}
+
+}  // namespace weft_cli::serve

@@ -1,0 +1,182 @@
+// weft serve: the OpenAI-compatible endpoints.
+#include "serve/openai_routes.hpp"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "serve/api_error.hpp"
+#include "serve/generation_run.hpp"
+#include "serve/request_params.hpp"
+#include "serve/sse.hpp"
+
+namespace weft_cli::serve {
+
+namespace {
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string next_id(const char *prefix) {
+  static std::atomic<std::uint64_t> n{1};
+  return fmt::format("{}-{}", prefix, n++);
+}
+
+void check_model(const ServeContext &ctx, const Json &body) {
+  const std::string m = required_string(body, "model");
+  if (m != ctx.model_name)
+    throw ApiError(404, "invalid_request_error", "model_not_found",
+                   fmt::format("The model `{}` does not exist; this server serves `{}`", m.substr(0, 100),
+                               ctx.model_name),
+                   "model");
+}
+
+Json usage_json(const RunOutcome &o) {
+  const auto c = o.result.tokens.size();
+  return Json{{"prompt_tokens", o.prompt_tokens}, {"completion_tokens", c}, {"total_tokens", o.prompt_tokens + c}};
+}
+
+// A cut run (timeout, shutdown, error) is an error reply, not a short answer.
+void throw_if_cut(const RunOutcome &o) {
+  const auto events = stream_error_events(o);
+  if (events.empty()) return;
+  const auto &e = events.front()["error"];
+  const int status = e["code"] == "request_timeout" ? 504 : e["code"] == "shutting_down" ? 503
+                     : e["code"] == "cancelled" ? 409 : 500;
+  throw ApiError(status, e["type"].get<std::string>(), e["code"].get<std::string>(), e["message"].get<std::string>());
+}
+
+// Tokenizes the prompt and refuses one the context cannot hold.
+std::vector<weft::Token> prompt_tokens(const ServeContext &ctx, const std::string &text, bool parse_special) {
+  auto tokens = ctx.model.tokenize(text, {.add_bos = ctx.model.bos() >= 0, .parse_special = parse_special});
+  const auto n_ctx = ctx.n_ctx();
+  if (tokens.size() + 1 > n_ctx)
+    throw ApiError(400, "invalid_request_error", "context_length_exceeded",
+                   fmt::format("This model's maximum context length is {} tokens; the prompt is {} tokens "
+                               "(and at least one must be generated)", n_ctx, tokens.size()),
+                   "messages");
+  return tokens;
+}
+
+struct Completion {
+  bool chat = false;
+  std::string id, model;
+  std::int64_t created = unix_now();
+  std::string fingerprint;
+
+  Json base(const char *object) const {
+    return Json{{"id", id}, {"object", object}, {"created", created}, {"model", model},
+                {"system_fingerprint", fingerprint}};
+  }
+  Json choice_text(std::string_view text, Json finish) const {
+    if (chat) return Json{{"index", 0}, {"delta", {{"content", text}}}, {"finish_reason", finish}};
+    return Json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+  }
+  Json chunk(Json choice) const {
+    Json c = base(chat ? "chat.completion.chunk" : "text_completion");
+    c["choices"] = Json::array({std::move(choice)});
+    return c;
+  }
+};
+
+void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Response &res, bool chat) {
+  if (ctx.draining.load()) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down");
+  const Json body = parse_body(req);
+  check_model(ctx, body);
+  std::vector<weft::Token> tokens;
+  if (chat) {
+    const auto messages = parse_messages(body);
+    tokens = prompt_tokens(ctx, ctx.model.apply_chat_template(messages, true, ctx.chat_template), true);
+  } else {
+    const auto it = body.find("prompt");
+    std::string prompt;
+    if (it != body.end() && it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+      prompt = (*it)[0].get<std::string>();
+    } else {
+      prompt = required_string(body, "prompt");
+    }
+    if (prompt.empty()) throw bad_param("prompt", "'prompt' must not be empty");
+    tokens = prompt_tokens(ctx, prompt, false);
+  }
+  const std::uint32_t room = ctx.n_ctx() - static_cast<std::uint32_t>(tokens.size());
+  auto g = parse_generation(body, ctx.opt.max_tokens, room);
+
+  auto entry = ctx.registry.add(ctx.ex->create(), chat ? "chat.completion" : "text_completion");
+  Completion c{.chat = chat, .id = next_id(chat ? "chatcmpl" : "cmpl"), .model = ctx.model_name,
+               .fingerprint = fmt::format("weft-{:016x}", ctx.model.fingerprint())};
+  std::shared_ptr<GenerationRun> run;
+  try {
+    run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params);
+  } catch (...) {
+    ctx.registry.remove(entry->id);
+    throw;
+  }
+  if (!g.stream) {
+    EphemeralGuard guard(ctx.registry, entry->id);
+    const auto o = wait_run(*run);
+    throw_if_cut(o);
+    Json out = c.base(chat ? "chat.completion" : "text_completion");
+    Json choice = {{"index", 0}, {"finish_reason", finish_reason_word(o.result.reason)}, {"logprobs", nullptr}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", o.result.text}, {"refusal", nullptr}};
+    } else {
+      choice["text"] = o.result.text;
+    }
+    out["choices"] = Json::array({choice});
+    out["usage"] = usage_json(o);
+    send_json(res, out);
+    return;
+  }
+  const bool include_usage = g.include_usage;
+  stream_run(res, run,
+             SseCallbacks{
+                 .begin = [c]() -> std::vector<Json> {
+                   if (!c.chat) return {};
+                   return {c.chunk(Json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                        {"finish_reason", nullptr}})};
+                 },
+                 .text = [c](std::string_view t) -> std::vector<Json> { return {c.chunk(c.choice_text(t, nullptr))}; },
+                 .end = [c, include_usage](const RunOutcome &o) -> std::vector<Json> {
+                   Json last = c.chat ? Json{{"index", 0}, {"delta", Json::object()},
+                                             {"finish_reason", finish_reason_word(o.result.reason)}}
+                                      : c.choice_text("", finish_reason_word(o.result.reason));
+                   std::vector<Json> out{c.chunk(last)};
+                   if (include_usage) {
+                     Json u = c.base(c.chat ? "chat.completion.chunk" : "text_completion");
+                     u["choices"] = Json::array();
+                     u["usage"] = usage_json(o);
+                     out.push_back(u);
+                   }
+                   return out;
+                 },
+                 .cleanup = [&ctx, id = entry->id] { ctx.registry.remove(id); },
+             });
+}
+
+}  // namespace
+
+void add_openai_routes(httplib::Server &svr, ServeContext &ctx) {
+  svr.Get("/v1/models", guarded([&ctx](const httplib::Request &, httplib::Response &res) {
+            Json m = {{"id", ctx.model_name},
+                      {"object", "model"},
+                      {"created", 0},
+                      {"owned_by", "weft"},
+                      {"meta", {{"n_ctx", ctx.n_ctx()},
+                                {"n_ctx_train", ctx.model.n_ctx_train()},
+                                {"n_vocab", ctx.model.n_vocab()},
+                                {"n_params", ctx.model.n_params()},
+                                {"description", ctx.model.description()},
+                                {"chat_template", ctx.chat_template.empty() ? "chatml (fallback)" : ctx.chat_template.substr(0, 200)}}}};
+            send_json(res, Json{{"object", "list"}, {"data", Json::array({m})}});
+          }));
+  svr.Post("/v1/chat/completions", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+             run_completion(ctx, req, res, true);
+           }));
+  svr.Post("/v1/completions", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+             run_completion(ctx, req, res, false);
+           }));
+}
+
+}  // namespace weft_cli::serve

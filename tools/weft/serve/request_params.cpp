@@ -1,0 +1,175 @@
+// weft serve: request fields -> weft::GenerateParams.
+#include "serve/request_params.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <random>
+
+#include "serve/json_schema.hpp"
+
+namespace weft_cli::serve {
+
+namespace {
+
+std::string shown(const Json &v) {
+  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 60) + "..." : s;
+}
+
+double number_in(const Json &body, std::string_view key, double lo, double hi, double dflt, bool lo_open = false) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return dflt;
+  if (!it->is_number()) throw bad_param(key, fmt::format("'{}' must be a number, not {}", key, shown(*it)), "invalid_type");
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi)
+    throw bad_param(key, fmt::format("'{}' is {}; it must be in {}{}, {}]", key, v, lo_open ? "(" : "[", lo, hi));
+  return v;
+}
+
+std::int64_t integer_in(const Json &body, std::string_view key, std::int64_t lo, std::int64_t hi, std::int64_t dflt) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return dflt;
+  if (!it->is_number_integer())
+    throw bad_param(key, fmt::format("'{}' must be an integer, not {}", key, shown(*it)), "invalid_type");
+  const auto v = it->get<std::int64_t>();
+  if (v < lo || v > hi) throw bad_param(key, fmt::format("'{}' is {}; it must be in [{}, {}]", key, v, lo, hi));
+  return v;
+}
+
+bool boolean(const Json &body, std::string_view key, bool dflt) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return dflt;
+  if (!it->is_boolean()) throw bad_param(key, fmt::format("'{}' must be true or false, not {}", key, shown(*it)), "invalid_type");
+  return it->get<bool>();
+}
+
+std::vector<std::string> stops(const Json &body) {
+  const auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return {};
+  std::vector<std::string> out;
+  if (it->is_string()) {
+    out.push_back(it->get<std::string>());
+  } else if (it->is_array()) {
+    if (it->size() > 4) throw bad_param("stop", fmt::format("'stop' has {} strings; at most 4 are allowed", it->size()));
+    for (const auto &s : *it) {
+      if (!s.is_string()) throw bad_param("stop", fmt::format("'stop' must hold strings, not {}", shown(s)), "invalid_type");
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    throw bad_param("stop", fmt::format("'stop' must be a string or an array of strings, not {}", shown(*it)), "invalid_type");
+  }
+  for (const auto &s : out)
+    if (s.empty()) throw bad_param("stop", "'stop' strings must not be empty");
+  return out;
+}
+
+std::string grammar_for(const Json &body) {
+  const auto it = body.find("response_format");
+  if (it == body.end() || it->is_null()) return {};
+  if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string())
+    throw bad_param("response_format", "'response_format' must be an object with a string 'type'", "invalid_type");
+  const auto type = (*it)["type"].get<std::string>();
+  Json schema;
+  if (type == "text") return {};
+  if (type == "json_object") {
+    schema = Json{{"type", "object"}};
+  } else if (type == "json_schema") {
+    const auto js = it->find("json_schema");
+    if (js == it->end() || !js->is_object() || !js->contains("schema") || !(*js)["schema"].is_object())
+      throw bad_param("response_format", "'response_format.json_schema.schema' must be a JSON schema object", "invalid_type");
+    schema = (*js)["schema"];
+  } else {
+    throw bad_param("response_format",
+                    fmt::format("'response_format.type' is '{}'; expected text, json_object or json_schema", type));
+  }
+  try {
+    return json_schema_to_gbnf(schema.dump());
+  } catch (const std::exception &e) {
+    throw bad_param("response_format", fmt::format("the JSON schema cannot be turned into a grammar: {}", e.what()),
+                    "unsupported_schema");
+  }
+}
+
+}  // namespace
+
+std::string required_string(const Json &body, std::string_view key) {
+  const auto it = body.find(key);
+  if (it == body.end()) throw bad_param(key, fmt::format("'{}' is required", key), "missing_required_parameter");
+  if (!it->is_string()) throw bad_param(key, fmt::format("'{}' must be a string, not {}", key, shown(*it)), "invalid_type");
+  return it->get<std::string>();
+}
+
+const Json *optional_field(const Json &body, std::string_view key, Json::value_t type, const char *type_name) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  const bool ok = it->type() == type || (type == Json::value_t::number_integer && it->is_number_integer());
+  if (!ok) throw bad_param(key, fmt::format("'{}' must be {}, not {}", key, type_name, shown(*it)), "invalid_type");
+  return &*it;
+}
+
+GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_limit, std::uint32_t room) {
+  GenerationRequest out;
+  const char *max_key = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const auto dflt = std::max<std::uint32_t>(1, std::min(max_tokens_limit, room));
+  const auto it = body.find(max_key);
+  if (it != body.end() && it->is_number_integer() && it->get<std::int64_t>() > max_tokens_limit)
+    throw ApiError(400, "invalid_request_error", "max_tokens_exceeded",
+                   fmt::format("'{}' is {}; this server allows at most {} (--max-tokens)", max_key,
+                               it->get<std::int64_t>(), max_tokens_limit),
+                   max_key);
+  out.params.max_tokens = static_cast<std::uint32_t>(integer_in(body, max_key, 1, max_tokens_limit, dflt));
+  const auto n = integer_in(body, "n", 1, 1, 1);
+  (void)n;  // one choice per request: weft forks are the way to many
+  weft::SamplerParams s;
+  s.temperature = static_cast<float>(number_in(body, "temperature", 0, 2, 1.0));
+  s.top_p = static_cast<float>(number_in(body, "top_p", 0, 1, 1.0, /*lo_open=*/true));
+  s.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", -2, 2, 0));
+  s.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", -2, 2, 0));
+  // Without a seed each request draws one, as OpenAI's sampling is unseeded.
+  const auto seed = integer_in(body, "seed", INT64_MIN, INT64_MAX, -1);
+  s.seed = body.contains("seed") && !body["seed"].is_null() ? static_cast<std::uint32_t>(seed)
+                                                             : static_cast<std::uint32_t>(std::random_device{}());
+  s.grammar = grammar_for(body);
+  out.params.sampler = s;
+  out.params.stop = stops(body);
+  out.stream = boolean(body, "stream", false);
+  if (const Json *so = optional_field(body, "stream_options", Json::value_t::object, "an object"))
+    out.include_usage = boolean(*so, "include_usage", false);
+  return out;
+}
+
+std::vector<weft::ChatMessage> parse_messages(const Json &body) {
+  const auto it = body.find("messages");
+  if (it == body.end()) throw bad_param("messages", "'messages' is required", "missing_required_parameter");
+  if (!it->is_array() || it->empty())
+    throw bad_param("messages", "'messages' must be a non-empty array of {role, content}", "invalid_type");
+  std::vector<weft::ChatMessage> out;
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const Json &m = (*it)[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw bad_param(where, fmt::format("'{}' must be an object with a string 'role'", where), "invalid_type");
+    weft::ChatMessage msg{.role = m["role"].get<std::string>(), .content = {}};
+    const auto c = m.find("content");
+    if (c == m.end() || c->is_null()) {
+      // An assistant turn may carry no content; nothing to add.
+    } else if (c->is_string()) {
+      msg.content = c->get<std::string>();
+    } else if (c->is_array()) {
+      for (const auto &part : *c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          throw bad_param(where + ".content", "content parts must be {\"type\": \"text\", \"text\": ...}; weft serve takes text only",
+                          "invalid_type");
+        msg.content += part["text"].get<std::string>();
+      }
+    } else {
+      throw bad_param(where + ".content", fmt::format("'{}.content' must be a string or an array of text parts", where),
+                      "invalid_type");
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace weft_cli::serve

@@ -1,0 +1,38 @@
+// weft serve: the generation fields of a request (OpenAI's names), checked
+// and turned into weft::GenerateParams. Every refusal is a 400 naming the
+// field, the value and the allowed range.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "serve/api_error.hpp"
+#include "weft/generation.hpp"
+#include "weft/model.hpp"
+
+namespace weft_cli::serve {
+
+struct GenerationRequest {
+  weft::GenerateParams params;  // max_tokens, sampler, stop; on_token unset
+  bool stream = false;
+  bool include_usage = false;   // stream_options.include_usage
+};
+
+// Reads max_tokens (or max_completion_tokens), temperature, top_p, seed,
+// stop, n (only 1), frequency_penalty, presence_penalty, response_format,
+// stream and stream_options. `max_tokens_limit` is the server's cap;
+// `room` the context left after the prompt (the default max_tokens).
+GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_limit, std::uint32_t room);
+
+// Chat messages: an array of {role, content}, content a string or an array
+// of {type: "text", text} parts.
+std::vector<weft::ChatMessage> parse_messages(const Json &body);
+
+// Required string field.
+std::string required_string(const Json &body, std::string_view key);
+// Optional field of a given JSON type; throws 400 when present with another.
+const Json *optional_field(const Json &body, std::string_view key, Json::value_t type, const char *type_name);
+
+}  // namespace weft_cli::serve

@@ -1,0 +1,53 @@
+// weft serve: what every route shares — the model, the one executor, its
+// stepping thread, the conversations, the limits and the server's counters.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "serve/registry.hpp"
+#include "serve/serve_options.hpp"
+#include "serve/stepper.hpp"
+#include "weft/executor.hpp"
+#include "weft/model.hpp"
+
+namespace weft_cli::serve {
+
+struct ServeCounters {
+  std::atomic<std::uint64_t> prompt_tokens{0};      // prompted by requests
+  std::atomic<std::uint64_t> completion_tokens{0};  // generated for requests
+  std::atomic<std::uint64_t> timeouts{0};           // generations cut by --timeout
+  std::atomic<std::uint64_t> disconnects{0};        // streams whose client went away
+  std::mutex mu;
+  std::map<std::pair<std::string, int>, std::uint64_t> requests;  // (route, status) -> count
+
+  void count_request(const std::string &route, int status) {
+    std::lock_guard lk(mu);
+    ++requests[{route, status}];
+  }
+};
+
+struct ServeContext {
+  ServeOptions opt;
+  weft::Model model;
+  std::string model_name;     // what clients put in "model"
+  std::string chat_template;  // passed to Model::apply_chat_template
+  std::unique_ptr<weft::Executor> ex;
+  std::unique_ptr<Stepper> stepper;
+  Registry registry;
+  ServeCounters counters;
+  std::atomic<bool> draining{false};    // SIGTERM: new work is refused (503)
+  std::atomic<bool> cancel_all{false};  // the grace period is over: running generations end
+  std::atomic<int> active_runs{0};      // generations a request is waiting on or streaming
+
+  ServeContext(ServeOptions o, weft::Model m)
+      : opt(std::move(o)), model(std::move(m)), registry(opt.max_conversations) {}
+
+  std::uint32_t n_ctx() const { return ex->stats().n_ctx; }
+};
+
+}  // namespace weft_cli::serve

@@ -1,0 +1,31 @@
+// weft serve: the command line's settings (docs/SERVE.md lists each).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace weft_cli::serve {
+
+struct ServeOptions {
+  std::string model;              // GGUF path
+  std::string alias;              // the model name clients send; default: the file's stem
+  std::string host = "127.0.0.1";
+  int port = 8080;                // 0: any free port (the chosen one is printed)
+  std::uint32_t parallel = 8;     // sequence slots (n_seq_max)
+  std::uint32_t ctx = 4096;       // KV cells shared by all conversations
+  std::uint32_t batch = 512;      // tokens per step (n_batch)
+  int threads = 0;                // decode threads; 0 = all
+  std::uint64_t spill_ram_mb = 1024;
+  std::string spill_dir;          // empty: no disk tier
+  std::string chat_template;      // empty: the model's own, else chatml
+  // Limits that protect the server.
+  std::size_t max_body_bytes = 8u << 20;
+  std::uint32_t max_tokens = 4096;        // most tokens one request may ask for
+  std::uint32_t max_conversations = 256;  // live conversations, ephemeral ones included
+  double request_timeout_s = 600;         // one generation, start to end
+  int read_timeout_s = 10;                // a client that sends nothing this long is dropped
+  int http_threads = 32;                  // connections served at once (more wait in the queue)
+  double shutdown_grace_s = 5;            // SIGTERM: how long running generations may finish
+};
+
+}  // namespace weft_cli::serve

@@ -1,0 +1,75 @@
+// weft serve: the thread that steps the executor, and what its steps cost.
+//
+// The server steps the executor on a thread of its own rather than with
+// Executor::start(): step() returns each step's StepResult, which the step
+// time histogram and the dashboard's plot need, and the worker does not
+// hand them out. Every request that queues work calls wake(); an idle loop
+// also looks again every 20 ms (freed cells, cleared errors).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "weft/executor.hpp"
+
+namespace weft_cli::serve {
+
+// Upper bounds (seconds) of the step time histogram's buckets; +Inf follows.
+inline constexpr std::array<double, 12> kStepBuckets = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+                                                        0.1,   0.2,   0.5,   1.0,  2.0,  5.0};
+
+struct StepHistogram {
+  std::array<std::uint64_t, kStepBuckets.size() + 1> counts{};  // not cumulative; last = +Inf
+  double sum_s = 0;
+  std::uint64_t count = 0;
+};
+
+// One second of steps, for the dashboard's last-minute plot.
+struct StepSecond {
+  std::int64_t second = 0;  // seconds since the server started
+  std::uint32_t steps = 0;
+  std::uint64_t tokens = 0;  // decoded
+  double sum_ms = 0, max_ms = 0;
+};
+
+class Stepper {
+ public:
+  Stepper(weft::Executor &ex, weft::StepBudget budget);
+  ~Stepper();
+  Stepper(const Stepper &) = delete;
+  Stepper &operator=(const Stepper &) = delete;
+
+  void start();
+  // Ends the loop after the running step and joins it. Idempotent.
+  void stop();
+  // New work was queued: step now rather than after the idle wait.
+  void wake();
+
+  StepHistogram histogram() const;
+  // Up to the last 60 seconds that had steps, oldest first.
+  std::vector<StepSecond> last_minute() const;
+  std::uint64_t step_errors() const;
+  double uptime_s() const;
+
+ private:
+  void loop();
+  void record(const weft::StepResult &r);
+
+  weft::Executor &ex_;
+  weft::StepBudget budget_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false, woken_ = false;
+  StepHistogram hist_;
+  std::array<StepSecond, 60> seconds_{};
+  std::uint64_t step_errors_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace weft_cli::serve
