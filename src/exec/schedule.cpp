@@ -165,6 +165,26 @@ bool ExecutorCore::make_resident_locked(std::uint32_t token_budget, std::unique_
     Conv *v = pick_victim_locked(nullptr, true);
     if (v == nullptr || !park_locked(*v, &lock)) break;
   }
+  // Too few cells for anyone with input, and nobody idle to give some: each
+  // would wait for the others for ever (generations, or prompts that wait
+  // whole, that together outgrow the cache). Cells are time-sliced like
+  // slots: a busy one is parked (the eviction policy's choice) and comes back
+  // when it has waited its turn.
+  if (kv->spill_on()) {
+    std::uint32_t runnable = 0, least = UINT32_MAX;
+    const Conv *only = nullptr;
+    for (auto &[id, cp] : convs.all) {
+      const Conv &c = *cp;
+      if (!c.resident() || c.error || c.disposed || c.n_queued() == 0 || c.n_decoded() >= n_ctx) continue;
+      const bool whole = params.pressure == PressurePolicy::wait && !c.gen_token_queued;
+      least = std::min(least, whole ? std::min(c.n_queued(), n_ctx - c.n_decoded()) : 1u);
+      ++runnable;
+      only = &c;
+    }
+    Conv *v = runnable > 0 && kv->cells_free() < least ? pick_victim_locked(nullptr, false) : nullptr;
+    // Parking the only one that wants cells would only bring it back.
+    if (v != nullptr && !(runnable == 1 && v == only)) park_locked(*v, &lock);
+  }
   return may_age;
 }
 

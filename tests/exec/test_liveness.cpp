@@ -308,3 +308,42 @@ TEST(Liveness, ConversationsBeyondTheSlotsTakeTurnsToo) {
     EXPECT_GT(ex.stats().parks, 0u) << "the slots were time-sliced";
   }
 }
+
+// Generations that together outgrow the cache: cells are time-sliced like
+// slots. Before, each waited for a cell the others held, all at once, for
+// ever (found running `weft serve` with three long replies in a small
+// context). Each finishes, and its logits are those of a fresh decode.
+TEST(Liveness, GenerationsThatOutgrowTheCellsTakeTurns) {
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(7);
+  weft::Executor ex(m, {.n_ctx = 256, .n_batch = 64, .n_seq_max = 4, .n_threads = 1});
+  const std::uint32_t n_ctx = ex.stats().n_ctx, n = 3, prompt = 16, out = 120;
+  ASSERT_GT(n * (prompt + out), n_ctx) << "together they do not fit";
+  std::vector<weft::Conversation> convs;
+  std::vector<weft::Generation> gens;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    convs.push_back(ex.create());
+    convs.back().prompt(random_tokens(rng, m, static_cast<int>(prompt), true));
+    gens.push_back(convs.back().generate({.max_tokens = out, .sampler = weft::SamplerParams{.temperature = 0}}));
+  }
+  std::uint32_t idle_steps = 0;
+  for (int step = 0; step < 20000 && idle_steps < 50; ++step) {
+    const auto r = ex.step();
+    idle_steps = r.tokens_decoded == 0 && r.tokens_sampled == 0 ? idle_steps + 1 : 0;
+    if (std::all_of(gens.begin(), gens.end(), [](auto &g) { return g.done(); })) break;
+  }
+  for (std::uint32_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(gens[i].done()) << "generation " << i << " stalled at " << gens[i].n_tokens() << " tokens";
+    const auto reason = gens[i].reason();
+    EXPECT_TRUE(reason == weft::FinishReason::max_tokens || reason == weft::FinishReason::end_of_generation)
+        << weft::finish_reason_name(reason);
+  }
+  EXPECT_GT(ex.stats().parks, 0u) << "the cells were time-sliced";
+  for (auto &c : convs) {
+    c.prompt(random_tokens(rng, m, 1));
+    while (!ex.step().idle) {
+    }
+    ASSERT_TRUE(c.has_logits());
+    EXPECT_LT(weft_test::nmse(c.logits(), weft_test::reference_logits(m, c.tokens())), weft_test::logits_tolerance(m));
+  }
+}
