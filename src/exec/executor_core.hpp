@@ -123,7 +123,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::vector<Conv *> plan_convs;
   std::vector<std::pair<std::size_t, std::size_t>> work_ranges;
   std::vector<SampleJob> sample_jobs;
-  std::vector<Token> want;  // reuse_locked's scratch
+  std::vector<Token> reuse_want;  // reuse_locked's scratch
   // Logits copied out of llama.cpp with the lock released, then swapped into
   // their conversations under it (a game call never waits for the copy).
   // Swapping hands the old buffers back here: no allocation in steady state.

@@ -222,6 +222,7 @@ bool ExecutorCore::follows_locked(const Conv &c) const {
 }
 
 void ExecutorCore::reuse_locked(Conv &c) {
+  auto &want = reuse_want;
   want.assign(c.history.begin(), c.history.end());
   const auto queued = c.queue.view();
   want.insert(want.end(), queued.begin(), queued.end());

@@ -35,23 +35,33 @@ void expect_fresh(const weft::Conversation &c, const std::vector<weft::Token> &h
   EXPECT_LT(weft_test::nmse(c.logits(), reference_logits(weft_test::tiny(), history)), tol());
 }
 
+// 16 NPCs created one by one (never forked), a 1,000-token lore and 20
+// tokens of their own each; with step_each, each decoded before the next.
+struct Npcs {
+  Npcs(weft::Executor &ex, unsigned seed, bool step_each) : rng(seed) {
+    const auto &m = weft_test::tiny();
+    const auto lore = random_tokens(rng, m, 1000, true);
+    for (int i = 0; i < 16; ++i) {
+      histories.push_back(cat(lore, random_tokens(rng, m, 20)));
+      convs.push_back(ex.create());
+      convs.back().prompt(histories.back());
+      if (step_each) run_until_idle(ex);
+    }
+  }
+  std::mt19937 rng;
+  std::vector<weft::Conversation> convs;
+  std::vector<std::vector<weft::Token>> histories;
+};
+
 }  // namespace
 
 // The case: 16 conversations created one by one, never forked, with
 // a 1,000-token lore and 20 tokens of their own: the lore is decoded once.
 TEST(PrefixReuse, SixteenConversationsDecodeTheirSharedLoreOnce) {
-  const auto &m = weft_test::tiny();
-  std::mt19937 rng(1);
-  const auto lore = random_tokens(rng, m, 1000, true);
-  weft::Executor ex(m, params());
-  std::vector<weft::Conversation> convs;
-  std::vector<std::vector<weft::Token>> histories;
-  for (int i = 0; i < 16; ++i) {
-    histories.push_back(cat(lore, random_tokens(rng, m, 20)));
-    convs.push_back(ex.create());
-    convs.back().prompt(histories.back());
-    run_until_idle(ex);
-  }
+  weft::Executor ex(weft_test::tiny(), params());
+  Npcs npcs(ex, 1, /*step_each=*/true);
+  auto &convs = npcs.convs;
+  auto &histories = npcs.histories;
   const auto s = ex.stats();
   EXPECT_LE(s.tokens_decoded, 1000u + 16 * 20) << "the lore once, then 20 own tokens each";
   EXPECT_LE(s.cells_used, 1000u + 16 * 20);
@@ -76,17 +86,10 @@ TEST(PrefixReuse, SixteenConversationsDecodeTheirSharedLoreOnce) {
 // The same when all sixteen arrive at once (a game creating its NPCs at
 // start-up): one decodes the lore, the others wait for it and share it.
 TEST(PrefixReuse, ConversationsArrivingTogetherDecodeTheLoreOnce) {
-  const auto &m = weft_test::tiny();
-  std::mt19937 rng(11);
-  const auto lore = random_tokens(rng, m, 1000, true);
-  weft::Executor ex(m, params());
-  std::vector<weft::Conversation> convs;
-  std::vector<std::vector<weft::Token>> histories;
-  for (int i = 0; i < 16; ++i) {
-    histories.push_back(cat(lore, random_tokens(rng, m, 20)));
-    convs.push_back(ex.create());
-    convs.back().prompt(histories.back());
-  }
+  weft::Executor ex(weft_test::tiny(), params());
+  Npcs npcs(ex, 11, /*step_each=*/false);
+  auto &convs = npcs.convs;
+  auto &histories = npcs.histories;
   const int steps = run_until_idle(ex);
   const auto s = ex.stats();
   EXPECT_LE(s.tokens_decoded, 1000u + 16 * 20);
