@@ -77,6 +77,7 @@ int main(int argc, char **argv) {
                                    : weft::finish_reason_name(r.reason);
     const nlohmann::json out = {{"text", r.text},
                                 {"prompt_tokens", prompt.size()},
+                                {"prompt_token_ids", prompt},
                                 {"completion_tokens", r.tokens.size()},
                                 {"finish_reason", reason}};
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

@@ -90,6 +90,8 @@ struct TargetParams {
   unsigned cache_reuse = 0;
   // llama-server only.
   std::string server_binary, server_log;
+  // weft serve (bench mixed --wire): the weft binary run as `weft serve`.
+  std::string weft_binary;
   // Tokens llama-server must not sample (see invalid_utf8_tokens).
   std::vector<weft::Token> server_banned;
   double server_ready_timeout_s = 60, read_timeout_s = 120;
@@ -98,12 +100,27 @@ struct TargetParams {
 std::unique_ptr<Target> make_weft_target(const weft::Model &model, const TargetParams &p);
 // What the weft target's executor reports (after a run), for the JSON.
 nlohmann::json weft_prefix_stats(const Target &weft_target);
-std::unique_ptr<Target> make_server_target(const TargetParams &p);
+std::unique_ptr<Target> make_server_target(const TargetParams &p, const std::string &label = "llama-server");
+// `weft serve` started from p.weft_binary, configured as make_weft_target is.
+std::unique_ptr<Target> make_weft_serve_target(const TargetParams &p);
 
 // Runs the workload open-loop: requests arrive on their schedule whatever the
 // engine does, wait (FIFO) for one of `slots`, and every latency counts from
 // arrival. Throws weft::Error(cancelled) after `timeout_s`.
 std::vector<Trace> drive(Target &target, const Workload &w, unsigned slots, double timeout_s, bool progress);
+
+// bench mixed --wire: weft serve, llama-server at its defaults and at
+// -b/-ub = step_tokens, and weft in-process (target "weft": weft serve and
+// in-process only; "server": the two llama-servers), `reps` times, the order
+// reversed every other time. Prints the medians and the ratios; returns
+// them with every run ("failures" non-empty when a conversation failed).
+struct WireParams {
+  unsigned reps = 1;
+  std::string target = "both";
+  double timeout_s = 600;
+  bool quiet = false;
+};
+nlohmann::json run_wire(const weft::Model &model, const Workload &w, const TargetParams &p, const WireParams &wp);
 
 // TTFT, inter-token latency, end-to-end latency, throughput.
 nlohmann::json summarize(const std::string &engine, const Workload &w, const std::vector<Trace> &traces);

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -71,12 +72,19 @@ int free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
+const char *ServerProcess::name() const {
+  return opt_.kind == ServerKind::weft_serve ? "weft serve" : "llama-server";
+}
+
 ServerProcess::ServerProcess(ServerOptions options) : opt_(std::move(options)) {
   if (::access(opt_.binary.c_str(), X_OK) != 0) {
+    const bool is_weft = opt_.kind == ServerKind::weft_serve;
     throw weft::Error(weft::Errc::not_found,
-                      fmt::format("llama-server not found or not executable at '{}'; build it with `cmake --build "
-                                  "--preset release --target llama-tools`, pass --server PATH, or run --target weft",
-                                  opt_.binary));
+                      fmt::format("{} not found or not executable at '{}'; {}", is_weft ? "weft" : "llama-server",
+                                  opt_.binary,
+                                  is_weft ? "pass --weft-binary PATH"
+                                       : "build it with `cmake --build --preset release --target llama-tools`, pass "
+                                         "--server PATH, or run --target weft"));
   }
   install_signal_handlers();
   // A port can be taken between our probe and the server's bind: try another.
@@ -84,7 +92,7 @@ ServerProcess::ServerProcess(ServerOptions options) : opt_(std::move(options)) {
     if (spawn(free_loopback_port())) return;
   }
   throw weft::Error(weft::Errc::backend,
-                    fmt::format("llama-server could not bind a free port on 127.0.0.1 in 3 tries; its log ({}):\n{}",
+                    fmt::format("{} could not bind a free port on 127.0.0.1 in 3 tries; its log ({}):\n{}", name(),
                                 opt_.log_path, log_tail()));
 }
 
@@ -92,10 +100,17 @@ ServerProcess::~ServerProcess() { stop(); }
 
 bool ServerProcess::spawn(int port) {
   port_ = port;
-  argv_ = {opt_.binary, "-m", opt_.model, "--host", "127.0.0.1", "--port", std::to_string(port),
-           "-c", std::to_string(opt_.ctx), "-b", std::to_string(opt_.batch), "-ub", std::to_string(opt_.ubatch),
-           "-np", std::to_string(opt_.slots), "-kvu", "-cb", "--no-webui"};
-  if (opt_.threads > 0) {
+  if (opt_.kind == ServerKind::weft_serve) {
+    argv_ = {opt_.binary, "serve", "-m", opt_.model, "--host", "127.0.0.1", "--port", std::to_string(port),
+             "--ctx", std::to_string(opt_.ctx), "--batch", std::to_string(opt_.batch), "--ubatch",
+             std::to_string(opt_.ubatch), "--parallel", std::to_string(opt_.slots), "-t",
+             std::to_string(std::max(0, opt_.threads))};
+  } else {
+    argv_ = {opt_.binary, "-m", opt_.model, "--host", "127.0.0.1", "--port", std::to_string(port),
+             "-c", std::to_string(opt_.ctx), "-b", std::to_string(opt_.batch), "-ub", std::to_string(opt_.ubatch),
+             "-np", std::to_string(opt_.slots), "-kvu", "-cb", "--no-webui"};
+  }
+  if (opt_.threads > 0 && opt_.kind == ServerKind::llama_server) {
     for (const char *flag : {"-t", "-tb"}) {
       argv_.push_back(flag);
       argv_.push_back(std::to_string(opt_.threads));
@@ -106,10 +121,11 @@ bool ServerProcess::spawn(int port) {
   for (auto &a : argv_) args.push_back(a.data());
   args.push_back(nullptr);
   const std::string header = fmt::format("weft bench: starting {}\n", fmt::join(argv_, " "));
+  const std::string exec_failed = fmt::format("weft bench: exec of {} failed\n", name());
 
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) throw weft::Error(weft::Errc::backend, "fork() failed while starting llama-server");
+  if (pid < 0) throw weft::Error(weft::Errc::backend, fmt::format("fork() failed while starting {}", name()));
   if (pid == 0) {
     // Only async-signal-safe calls between fork and exec.
     ::setpgid(0, 0);
@@ -126,8 +142,7 @@ bool ServerProcess::spawn(int port) {
     }
     if (null >= 0) ::dup2(null, STDIN_FILENO);
     ::execv(args[0], args.data());
-    static const char msg[] = "weft bench: exec of llama-server failed\n";
-    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)!::write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
     ::_exit(127);
   }
   pid_ = pid;
@@ -144,9 +159,11 @@ bool ServerProcess::spawn(int port) {
       pid_ = -1;
       g_server.store(0);
       const std::string tail = log_tail();
-      if (tail.find("couldn't bind") != std::string::npos) return false;  // the port was taken meanwhile
+      // The port was taken meanwhile (llama-server's words, then weft serve's).
+      if (tail.find("couldn't bind") != std::string::npos || tail.find("cannot listen on") != std::string::npos)
+        return false;
       throw weft::Error(weft::Errc::backend,
-                        fmt::format("llama-server exited ({}) before it was ready; the end of its log ({}):\n{}",
+                        fmt::format("{} exited ({}) before it was ready; the end of its log ({}):\n{}", name(),
                                     WIFEXITED(status) ? fmt::format("status {}", WEXITSTATUS(status))
                                                       : fmt::format("signal {}", WTERMSIG(status)),
                                     opt_.log_path, tail));
@@ -155,8 +172,8 @@ bool ServerProcess::spawn(int port) {
     if (Clock::now() > deadline) {
       stop();
       throw weft::Error(weft::Errc::backend,
-                        fmt::format("llama-server was not ready within {} s (stopped it); the end of its log ({}):\n{}",
-                                    opt_.ready_timeout_s, opt_.log_path, log_tail()));
+                        fmt::format("{} was not ready within {} s (stopped it); the end of its log ({}):\n{}",
+                                    name(), opt_.ready_timeout_s, opt_.log_path, log_tail()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -1,5 +1,6 @@
-// llama-server as a benchmark peer: started and stopped by the bench, on a
-// free port of 127.0.0.1, with every wait bounded by a timeout.
+// An HTTP server under test — llama-server, or `weft serve` (this binary) —
+// started and stopped by the bench, on a free port of 127.0.0.1, with every
+// wait bounded by a timeout.
 //
 // The child is killed when the ServerProcess is destroyed (normal exit and
 // exceptions), when the bench gets SIGINT/SIGTERM/SIGHUP (a handler kills it,
@@ -14,12 +15,15 @@
 
 namespace weft_cli::bench {
 
+enum class ServerKind { llama_server, weft_serve };
+
 struct ServerOptions {
-  std::string binary;    // path of llama-server
+  ServerKind kind = ServerKind::llama_server;
+  std::string binary;    // path of llama-server, or of weft (run as `weft serve`)
   std::string model;
   std::string log_path;  // the server's stdout and stderr go here
   unsigned ctx = 0, batch = 0, ubatch = 0, slots = 1;
-  int threads = 0;                // 0: llama-server's default
+  int threads = 0;                // 0: the server's default
   std::vector<std::string> extra_args;  // appended to the command line
   double ready_timeout_s = 60;    // until /health answers 200
 };
@@ -37,6 +41,8 @@ class ServerProcess {
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
   const std::vector<std::string> &argv() const { return argv_; }
+  // "llama-server" or "weft serve", for messages.
+  const char *name() const;
   // SIGTERM, up to 5 s, then SIGKILL; reaps the child. Idempotent.
   void stop();
   // The last `lines` lines of the server's log.

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -28,7 +29,16 @@ struct Opts {
   bench::TargetParams engine;
   double timeout_s = 600;
   bool quiet = false;
+  bool wire = false;
+  unsigned reps = 1;
 };
+
+// This binary, run as `weft serve` by --wire.
+std::string self_binary() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
 
 void check(Opts &o, std::uint32_t n_ctx_train) {
   auto bad = [](const std::string &msg) { throw weft::Error(weft::Errc::invalid_argument, msg); };
@@ -72,6 +82,34 @@ void run(Opts o) {
   }
   o.engine.server_banned = bench::invalid_utf8_tokens(model);
   const auto work = bench::make_workload(o.work, model.n_vocab(), model.bos());
+  const auto &w = o.work;
+  const nlohmann::json workload = {{"conversations", w.conversations}, {"rate", w.rate},
+                                   {"system_tokens", w.system_tokens}, {"prompt_min", w.prompt_min},
+                                   {"prompt_max", w.prompt_max},       {"output_min", w.output_min},
+                                   {"output_max", w.output_max},       {"seed", w.seed}};
+
+  if (o.wire) {
+    if (o.engine.weft_binary.empty()) o.engine.weft_binary = self_binary();
+    fmt::print("weft bench mixed --wire: {} conversations arriving at {}/s, system prompt {} tokens (shared), prompts "
+               "{}-{}, replies {}-{} tokens; load average {:.2f}\n",
+               w.conversations, w.rate, w.system_tokens, w.prompt_min, w.prompt_max, w.output_min, w.output_max,
+               bench::load_average_1min());
+    auto doc = bench::run_wire(model, work, o.engine,
+                               {.reps = o.reps, .target = o.target, .timeout_s = o.timeout_s, .quiet = o.quiet});
+    const std::string failures = doc["failures"].get<std::string>();
+    if (!o.json.empty()) {
+      doc["bench"] = "mixed-wire";
+      doc["model"] = o.engine.model_path;
+      doc["model_description"] = model.description();
+      doc["workload"] = workload;
+      doc["slots"] = o.engine.slots;
+      doc["machine"] = bench::machine_info();
+      bench::write_json(o.json, doc);
+    }
+    if (!failures.empty())
+      throw weft::Error(weft::Errc::backend, fmt::format("some conversations failed:{}", failures));
+    return;
+  }
 
   std::vector<std::string> engines;
   if (o.target != "server") engines.push_back("weft");
@@ -90,7 +128,6 @@ void run(Opts o) {
     results.push_back(std::move(r));
   }
 
-  const auto &w = o.work;
   fmt::print("\nweft bench mixed: {} conversations arriving at {}/s, system prompt {} tokens (shared), prompts {}-{}, "
              "replies {}-{} tokens; {} slots, ctx {}, batch {}, ubatch {}; weft steps of {} tokens\n\n",
              w.conversations, w.rate, w.system_tokens, w.prompt_min, w.prompt_max, w.output_min, w.output_max,
@@ -113,15 +150,7 @@ void run(Opts o) {
     bench::write_json(o.json, {{"bench", "mixed"},
                                {"model", o.engine.model_path},
                                {"model_description", model.description()},
-                               {"workload",
-                                {{"conversations", w.conversations},
-                                 {"rate", w.rate},
-                                 {"system_tokens", w.system_tokens},
-                                 {"prompt_min", w.prompt_min},
-                                 {"prompt_max", w.prompt_max},
-                                 {"output_min", w.output_min},
-                                 {"output_max", w.output_max},
-                                 {"seed", w.seed}}},
+                               {"workload", workload},
                                {"slots", o.engine.slots},
                                {"settings", settings},
                                {"machine", bench::machine_info()},
@@ -187,6 +216,13 @@ void add_bench_mixed(CLI::App &bench) {
   cmd->add_option("--ready-timeout", e.server_ready_timeout_s, "Seconds llama-server may take to get ready")
       ->check(CLI::Range(1.0, 3600.0))
       ->capture_default_str();
+  cmd->add_flag("--wire", o->wire,
+                "Over HTTP: weft serve vs llama-server (its defaults, and -b/-ub = --step-tokens), plus weft "
+                "in-process for the HTTP overhead (docs/BENCHMARKS.md, \"Over the wire\")");
+  cmd->add_option("--reps", o->reps, "--wire: repetitions, the order reversed every other one")
+      ->check(CLI::Range(1u, 100u))
+      ->capture_default_str();
+  cmd->add_option("--weft-binary", e.weft_binary, "--wire: the weft binary to run as `weft serve` (default: this one)");
   cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
   cmd->add_flag("-q,--quiet", o->quiet, "No progress line");
   cmd->callback([o] { run(*o); });

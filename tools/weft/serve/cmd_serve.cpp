@@ -23,7 +23,10 @@ void add_serve(CLI::App &app) {
   cmd->add_option("--port", o->port, "Port; 0 picks a free one (printed)")->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--parallel", o->parallel, "Sequence slots: conversations resident at once")->capture_default_str();
   cmd->add_option("-c,--ctx", o->ctx, "KV cells shared by all conversations")->capture_default_str();
-  cmd->add_option("-b,--batch", o->batch, "Most tokens per step")->capture_default_str();
+  cmd->add_option("-b,--batch", o->batch, "Most tokens per decode (n_batch)")->capture_default_str();
+  cmd->add_option("--ubatch", o->ubatch, "Micro-batch size (n_ubatch; 0: --batch)")->capture_default_str();
+  cmd->add_option("--step-tokens", o->step_tokens, "Most tokens per step, the step budget (0: --batch)")
+      ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Decode threads (0: all)")->capture_default_str();
   cmd->add_option("--spill-ram-mb", o->spill_ram_mb, "RAM for parked conversations' KV data")->capture_default_str();
   cmd->add_option("--spill-dir", o->spill_dir, "Directory for parked KV data once RAM is full (default: none)");

@@ -96,7 +96,7 @@ void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response 
                                n_before, tokens.size(), n_ctx),
                    "content");
   auto g = parse_generation(body, ctx.opt.max_tokens, n_ctx - n_before - static_cast<std::uint32_t>(tokens.size()));
-  auto run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params);
+  auto run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params, RunOptions{.ignore_eos = g.ignore_eos});
   const std::string id = entry->id;
   auto final_json = [id](const RunOutcome &o) {
     const auto c = o.result.tokens.size();

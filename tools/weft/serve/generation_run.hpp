@@ -32,6 +32,15 @@ struct RunOutcome {
 // plus weft's two.
 const char *finish_reason_word(weft::FinishReason r);
 
+struct RunOptions {
+  // After an end-of-generation token, generate again (the token stays in the
+  // conversation) until params.max_tokens tokens in all.
+  bool ignore_eos = false;
+  // next() returns on every token, not only on released text, so a stream
+  // can report token counts as they grow.
+  bool every_token = false;
+};
+
 class GenerationRun {
  public:
   // Claims the conversation (409 when a request already generates on it),
@@ -39,7 +48,7 @@ class GenerationRun {
   // (on_token is set here) and wakes the stepper. Throws ApiError; a
   // context-length refusal is 400 context_length_exceeded.
   GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry, const std::vector<weft::Token> &prompt,
-                weft::GenerateParams params);
+                weft::GenerateParams params, RunOptions options = {});
   ~GenerationRun();
   GenerationRun(const GenerationRun &) = delete;
   GenerationRun &operator=(const GenerationRun &) = delete;
@@ -47,6 +56,9 @@ class GenerationRun {
   // Text released since the last call; waits up to `wait` when there is
   // none yet. Also enforces the deadline and shutdown.
   std::string next(std::chrono::milliseconds wait);
+  // Tokens sampled whose text next() has handed out (all runs of an
+  // ignore_eos request).
+  std::uint32_t tokens_taken() const { return taken_; }
   // The generation ended and next() has handed out all its text.
   bool finished();
   // Ends it now (the client went away).
@@ -60,13 +72,23 @@ class GenerationRun {
     std::mutex mu;
     std::condition_variable cv;
     std::string text;
+    std::uint32_t tokens = 0;  // sampled so far, all runs
+    bool eog = false;          // an end-of-generation token arrived (ignore_eos)
   };
   void enforce_limits();
+  // ignore_eos: starts the next run when this one ended at an
+  // end-of-generation token short of max_tokens; true when it did.
+  bool continue_after_eog();
 
   ServeContext &ctx_;
   std::shared_ptr<ConvEntry> entry_;
   std::shared_ptr<Channel> ch_ = std::make_shared<Channel>();
   weft::Generation gen_;
+  weft::GenerateParams params_;
+  RunOptions opt_;
+  std::vector<weft::Token> prior_tokens_;  // earlier runs (ignore_eos)
+  std::string prior_text_;
+  std::uint32_t taken_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::uint32_t prompt_tokens_ = 0;
   RunEnd end_ = RunEnd::normal;

@@ -60,6 +60,37 @@ std::vector<weft::Token> prompt_tokens(const ServeContext &ctx, const std::strin
   return tokens;
 }
 
+// A prompt given as token ids (OpenAI's array of integers, or an array
+// holding one such array): used as given, no BOS added.
+std::vector<weft::Token> prompt_token_ids(const ServeContext &ctx, const Json &prompt) {
+  const Json &ids = prompt.size() == 1 && prompt[0].is_array() ? prompt[0] : prompt;
+  if (ids.empty()) throw bad_param("prompt", "'prompt' must not be empty");
+  std::vector<weft::Token> tokens;
+  tokens.reserve(ids.size());
+  const auto n_vocab = ctx.model.n_vocab();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (!ids[i].is_number_integer())
+      throw bad_param("prompt", fmt::format("'prompt[{}]' must be a token id (an integer)", i), "invalid_type");
+    const auto t = ids[i].get<std::int64_t>();
+    if (t < 0 || t >= n_vocab)
+      throw bad_param("prompt", fmt::format("'prompt[{}]' is {}; token ids must be in [0, {})", i, t, n_vocab));
+    tokens.push_back(static_cast<weft::Token>(t));
+  }
+  const auto n_ctx = ctx.n_ctx();
+  if (tokens.size() + 1 > n_ctx)
+    throw ApiError(400, "invalid_request_error", "context_length_exceeded",
+                   fmt::format("This model's maximum context length is {} tokens; the prompt is {} tokens "
+                               "(and at least one must be generated)", n_ctx, tokens.size()),
+                   "prompt");
+  return tokens;
+}
+
+bool is_token_prompt(const Json &p) {
+  if (!p.is_array() || p.empty()) return false;
+  const Json &first = p.size() == 1 && p[0].is_array() ? p[0] : p;
+  return !first.empty() && first[0].is_number();
+}
+
 struct Completion {
   bool chat = false;
   std::string id, model;
@@ -92,13 +123,17 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
   } else {
     const auto it = body.find("prompt");
     std::string prompt;
-    if (it != body.end() && it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-      prompt = (*it)[0].get<std::string>();
+    if (it != body.end() && is_token_prompt(*it)) {
+      tokens = prompt_token_ids(ctx, *it);
     } else {
-      prompt = required_string(body, "prompt");
+      if (it != body.end() && it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+        prompt = (*it)[0].get<std::string>();
+      } else {
+        prompt = required_string(body, "prompt");
+      }
+      if (prompt.empty()) throw bad_param("prompt", "'prompt' must not be empty");
+      tokens = prompt_tokens(ctx, prompt, false);
     }
-    if (prompt.empty()) throw bad_param("prompt", "'prompt' must not be empty");
-    tokens = prompt_tokens(ctx, prompt, false);
   }
   const std::uint32_t room = ctx.n_ctx() - static_cast<std::uint32_t>(tokens.size());
   auto g = parse_generation(body, ctx.opt.max_tokens, room);
@@ -108,7 +143,9 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
                .fingerprint = fmt::format("weft-{:016x}", ctx.model.fingerprint())};
   std::shared_ptr<GenerationRun> run;
   try {
-    run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params);
+    run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params,
+                                          RunOptions{.ignore_eos = g.ignore_eos,
+                                                     .every_token = g.stream && g.continuous_usage});
   } catch (...) {
     ctx.registry.remove(entry->id);
     throw;
@@ -130,6 +167,15 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
     return;
   }
   const bool include_usage = g.include_usage;
+  const auto n_prompt = tokens.size();
+  // stream_options.continuous_usage_stats (vLLM's extension): usage in every chunk.
+  auto with_usage = [c, n_prompt](std::string_view t, std::uint32_t n) -> std::vector<Json> {
+    Json chunk = c.chunk(c.choice_text(t, nullptr));
+    chunk["usage"] = Json{{"prompt_tokens", n_prompt}, {"completion_tokens", n}, {"total_tokens", n_prompt + n}};
+    return {chunk};
+  };
+  decltype(SseCallbacks::tokens) tokens_cb;
+  if (g.continuous_usage) tokens_cb = with_usage;
   stream_run(res, run,
              SseCallbacks{
                  .begin = [c]() -> std::vector<Json> {
@@ -138,11 +184,13 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
                                         {"finish_reason", nullptr}})};
                  },
                  .text = [c](std::string_view t) -> std::vector<Json> { return {c.chunk(c.choice_text(t, nullptr))}; },
-                 .end = [c, include_usage](const RunOutcome &o) -> std::vector<Json> {
+                 .tokens = tokens_cb,
+                 .end = [c, include_usage, continuous = g.continuous_usage](const RunOutcome &o) -> std::vector<Json> {
                    Json last = c.chat ? Json{{"index", 0}, {"delta", Json::object()},
                                              {"finish_reason", finish_reason_word(o.result.reason)}}
                                       : c.choice_text("", finish_reason_word(o.result.reason));
                    std::vector<Json> out{c.chunk(last)};
+                   if (continuous) out.back()["usage"] = usage_json(o);
                    if (include_usage) {
                      Json u = c.base(c.chat ? "chat.completion.chunk" : "text_completion");
                      u["choices"] = Json::array();

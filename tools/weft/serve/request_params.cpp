@@ -134,8 +134,11 @@ GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_li
   out.params.sampler = s;
   out.params.stop = stops(body);
   out.stream = boolean(body, "stream", false);
-  if (const Json *so = optional_field(body, "stream_options", Json::value_t::object, "an object"))
+  if (const Json *so = optional_field(body, "stream_options", Json::value_t::object, "an object")) {
     out.include_usage = boolean(*so, "include_usage", false);
+    out.continuous_usage = boolean(*so, "continuous_usage_stats", false);
+  }
+  out.ignore_eos = boolean(body, "ignore_eos", false);
   return out;
 }
 

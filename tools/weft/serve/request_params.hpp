@@ -18,11 +18,17 @@ struct GenerationRequest {
   weft::GenerateParams params;  // max_tokens, sampler, stop; on_token unset
   bool stream = false;
   bool include_usage = false;   // stream_options.include_usage
+  // Extensions other servers share (llama-server, vLLM): go on after an
+  // end-of-generation token until max_tokens; a usage object in every
+  // streamed chunk (stream_options.continuous_usage_stats), so a client can
+  // count tokens whose text is held back or empty.
+  bool ignore_eos = false;
+  bool continuous_usage = false;
 };
 
 // Reads max_tokens (or max_completion_tokens), temperature, top_p, seed,
 // stop, n (only 1), frequency_penalty, presence_penalty, response_format,
-// stream and stream_options. `max_tokens_limit` is the server's cap;
+// stream, stream_options and ignore_eos. `max_tokens_limit` is the server's cap;
 // `room` the context left after the prompt (the default max_tokens).
 GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_limit, std::uint32_t room);
 

@@ -13,7 +13,9 @@ struct ServeOptions {
   int port = 8080;                // 0: any free port (the chosen one is printed)
   std::uint32_t parallel = 8;     // sequence slots (n_seq_max)
   std::uint32_t ctx = 4096;       // KV cells shared by all conversations
-  std::uint32_t batch = 512;      // tokens per step (n_batch)
+  std::uint32_t batch = 512;      // most tokens per decode (n_batch)
+  std::uint32_t ubatch = 0;       // micro-batch (n_ubatch); 0 = batch
+  std::uint32_t step_tokens = 0;  // most tokens per step (StepBudget::max_tokens); 0 = batch
   int threads = 0;                // decode threads; 0 = all
   std::uint64_t spill_ram_mb = 1024;
   std::string spill_dir;          // empty: no disk tier

@@ -43,6 +43,9 @@ std::string pick_chat_template(const weft::Model &model, const std::string &want
 }  // namespace
 
 ServeApp::ServeApp(ServeOptions opt) {
+  if (opt.step_tokens > opt.batch)
+    throw weft::Error(weft::Errc::invalid_argument,
+                      fmt::format("--step-tokens {} is above --batch {}", opt.step_tokens, opt.batch));
   auto model = weft::Model::load({.path = opt.model});
   ctx_ = std::make_unique<ServeContext>(std::move(opt), std::move(model));
   auto &c = *ctx_;
@@ -51,12 +54,17 @@ ServeApp::ServeApp(ServeOptions opt) {
   weft::ExecutorParams ep;
   ep.n_ctx = c.opt.ctx;
   ep.n_batch = c.opt.batch;
+  ep.n_ubatch = c.opt.ubatch;
   ep.n_seq_max = c.opt.parallel;
   ep.n_threads = c.opt.threads;
   ep.spill.ram_bytes = c.opt.spill_ram_mb << 20;
   ep.spill.disk_dir = c.opt.spill_dir;
   c.ex = std::make_unique<weft::Executor>(c.model, ep);
-  c.stepper = std::make_unique<Stepper>(*c.ex, weft::StepBudget{});
+  // The step budget: how many tokens one step may decode, so how long the
+  // conversations that are generating wait for a step that also ingests prompts.
+  weft::StepBudget budget;
+  if (c.opt.step_tokens > 0) budget.max_tokens = c.opt.step_tokens;
+  c.stepper = std::make_unique<Stepper>(*c.ex, budget);
   configure_http();
 }
 

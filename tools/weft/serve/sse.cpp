@@ -35,6 +35,7 @@ struct StreamState {
   SseCallbacks cb;
   bool begun = false;
   bool cleaned = false;
+  std::uint32_t tokens_sent = 0;
   void cleanup() {
     if (cleaned) return;
     cleaned = true;
@@ -70,15 +71,24 @@ void stream_run(httplib::Response &res, std::shared_ptr<GenerationRun> run, SseC
           }
         }
         const std::string text = r.next(std::chrono::milliseconds(50));
-        if (!text.empty() && !write_events(sink, st->cb.text(text))) {
+        std::vector<Json> events;
+        if (st->cb.tokens) {
+          if (!text.empty() || r.tokens_taken() != st->tokens_sent) {
+            st->tokens_sent = r.tokens_taken();
+            events = st->cb.tokens(text, st->tokens_sent);
+          }
+        } else if (!text.empty()) {
+          events = st->cb.text(text);
+        }
+        if (!events.empty() && !write_events(sink, events)) {
           r.cancel(RunEnd::disconnect);
           return false;
         }
         if (r.finished()) {
           const auto o = r.outcome();
-          auto events = stream_error_events(o);
-          if (events.empty()) events = st->cb.end(o);
-          if (!write_events(sink, events) || !sink.write(kSseDone.data(), kSseDone.size())) {
+          auto last = stream_error_events(o);
+          if (last.empty()) last = st->cb.end(o);
+          if (!write_events(sink, last) || !sink.write(kSseDone.data(), kSseDone.size())) {
             r.cancel(RunEnd::disconnect);
             return false;
           }

@@ -10,6 +10,7 @@
 
 #include <httplib.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,6 +28,9 @@ inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 struct SseCallbacks {
   std::function<std::vector<Json>()> begin;                         // events before any text
   std::function<std::vector<Json>(std::string_view text)> text;     // events for newly released text
+  // Instead of `text` when set: called when text was released or the token
+  // count grew (text may then be empty); n_tokens counts all so far.
+  std::function<std::vector<Json>(std::string_view text, std::uint32_t n_tokens)> tokens;
   std::function<std::vector<Json>(const RunOutcome &)> end;         // the last events (before [DONE])
   std::function<void()> cleanup;                                    // runs once, after the stream ends
 };
