@@ -179,6 +179,24 @@ TEST(BenchMixed, WeftRunsTheWholeWorkload) {
   fs::remove_all(dir);
 }
 
+// bench prefix: NPCs sent whole (no fork); weft decodes the lore once.
+TEST(BenchPrefix, WeftDecodesTheSharedLoreOnce) {
+  const auto dir = temp_dir("prefix");
+  const auto json = dir / "prefix.json";
+  const auto r = weft("bench prefix -m " + kTiny + " --target weft --conversations 6 --rate 50 --lore-tokens 64 "
+                      "--sheet-tokens 8 --output 4 --ctx 2048 --slots 2 --threads 1 -q --json " + json.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto doc = read_json(json);
+  ASSERT_EQ(doc["results"].size(), 1u);
+  const auto &res = doc["results"][0];
+  EXPECT_EQ(res["completed"], 6);
+  EXPECT_EQ(res["generated_tokens"], res["wanted_tokens"]);
+  EXPECT_EQ(res["prompt_tokens"], 6 * (1 + 64 + 8));
+  EXPECT_LE(res["prompt_tokens_decoded"].get<int>(), 1 + 64 + 6 * 8) << "the lore (and BOS) once, each sheet once";
+  EXPECT_GT(doc["settings"]["weft"]["prefix"]["prefix_tokens_reused"].get<int>(), 0);
+  fs::remove_all(dir);
+}
+
 TEST(BenchMixed, MissingServerBinaryIsNamed) {
   const auto r = weft("bench mixed -m " + kTiny + " --target server --server /nonexistent/llama-server" + kSmallMixed);
   EXPECT_NE(r.status, 0);

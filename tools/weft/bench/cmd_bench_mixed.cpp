@@ -13,15 +13,10 @@
 #include "bench_commands.hpp"
 #include "bench_common.hpp"
 #include "bench_mixed.hpp"
+#include "bench_options.hpp"
 
 namespace weft_cli {
 namespace {
-
-#ifdef WEFT_LLAMA_TOOLS_DIR
-constexpr const char *kDefaultServer = WEFT_LLAMA_TOOLS_DIR "/llama-server";
-#else
-constexpr const char *kDefaultServer = "";
-#endif
 
 struct Opts {
   std::string model, json, target = "both";
@@ -75,7 +70,7 @@ void run(Opts o) {
   o.engine.model_path = bench::model_path(o.model);
   auto model = bench::load_model(o.engine.model_path);
   check(o, static_cast<std::uint32_t>(model.n_ctx_train()));
-  if (o.engine.server_binary.empty()) o.engine.server_binary = kDefaultServer;
+  if (o.engine.server_binary.empty()) o.engine.server_binary = bench::default_llama_server();
   // The same thread count for both engines (llama-server's own default differs).
   if (o.engine.threads == 0) {
     o.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -173,9 +168,7 @@ void add_bench_mixed(CLI::App &bench) {
   cmd->add_option("--target", o->target, "Engines to run")
       ->check(CLI::IsMember({"weft", "server", "both"}))
       ->capture_default_str();
-  cmd->add_option("--server", e.server_binary, fmt::format("llama-server binary (default: {})",
-                                                           *kDefaultServer ? kDefaultServer : "none built in"));
-  cmd->add_option("--server-log", e.server_log, "Where llama-server's output goes (default: /tmp/weft-bench-...)");
+  bench::add_engine_options(*cmd, e, "Conversations served at once");
   cmd->add_option("--conversations", w.conversations, "Conversations in the workload")
       ->check(CLI::Range(1u, 100000u))
       ->capture_default_str();
@@ -194,27 +187,10 @@ void add_bench_mixed(CLI::App &bench) {
   cmd->add_option("--output-max", w.output_max, "Longest reply")->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
   cmd->add_option("--seed", w.seed, "Seed of arrivals, lengths and tokens")->capture_default_str();
-  cmd->add_option("--slots", e.slots, "Conversations served at once (llama-server --parallel)")
-      ->check(CLI::Range(1u, 255u))
-      ->capture_default_str();
-  cmd->add_option("--ctx", e.ctx, "KV cells, shared by all slots (unified cache on both)")
-      ->check(CLI::Range(16u, 1u << 24))
-      ->capture_default_str();
-  cmd->add_option("--batch", e.batch, "n_batch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
-  cmd->add_option("--ubatch", e.ubatch, "n_ubatch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
-  cmd->add_option("--threads", e.threads, "CPU threads for each engine (0 = all)")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
-  cmd->add_option("--step-tokens", e.step_tokens, "weft: tokens per step (StepBudget::max_tokens)")
-      ->check(CLI::Range(1u, 1u << 20))
-      ->capture_default_str();
   cmd->add_option("--max-chunk", e.max_chunk, "weft: most prompt tokens per conversation per step (0 = no cap)")
       ->capture_default_str();
   cmd->add_option("--timeout", o->timeout_s, "Give up on an engine after this many seconds")
       ->check(CLI::Range(1.0, 86400.0))
-      ->capture_default_str();
-  cmd->add_option("--ready-timeout", e.server_ready_timeout_s, "Seconds llama-server may take to get ready")
-      ->check(CLI::Range(1.0, 3600.0))
       ->capture_default_str();
   cmd->add_flag("--wire", o->wire,
                 "Over HTTP: weft serve vs llama-server (its defaults, and -b/-ub = --step-tokens), plus weft "

@@ -12,15 +12,10 @@
 #include "bench_commands.hpp"
 #include "bench_common.hpp"
 #include "bench_mixed.hpp"
+#include "bench_options.hpp"
 
 namespace weft_cli {
 namespace {
-
-#ifdef WEFT_LLAMA_TOOLS_DIR
-constexpr const char *kDefaultServer = WEFT_LLAMA_TOOLS_DIR "/llama-server";
-#else
-constexpr const char *kDefaultServer = "";
-#endif
 
 struct Opts {
   std::string model, json, target = "both";
@@ -64,7 +59,7 @@ void run(Opts o) {
     throw weft::Error(weft::Errc::invalid_argument,
                       fmt::format("--step-tokens {} is above --batch {}", e.step_tokens, e.batch));
   }
-  if (e.server_binary.empty()) e.server_binary = kDefaultServer;
+  if (e.server_binary.empty()) e.server_binary = bench::default_llama_server();
   if (e.threads == 0) e.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   e.server_banned = bench::invalid_utf8_tokens(model);
   const auto work = bench::make_workload(o.work, model.n_vocab(), model.bos());
@@ -154,9 +149,7 @@ void add_bench_prefix(CLI::App &bench) {
   cmd->add_option("--target", o->target, "Engines to run")
       ->check(CLI::IsMember({"weft", "server", "both"}))
       ->capture_default_str();
-  cmd->add_option("--server", e.server_binary, fmt::format("llama-server binary (default: {})",
-                                                           *kDefaultServer ? kDefaultServer : "none built in"));
-  cmd->add_option("--server-log", e.server_log, "Where llama-server's output goes (default: /tmp/weft-bench-...)");
+  bench::add_engine_options(*cmd, e, "NPCs served at once");
   cmd->add_option("--conversations", w.conversations, "NPCs")->check(CLI::Range(1u, 100000u))->capture_default_str();
   cmd->add_option("--rate", w.rate, "Arrivals per second (Poisson)")->check(CLI::Range(1e-6, 1e6))->capture_default_str();
   cmd->add_option("--lore-tokens", w.system_tokens, "Shared lore length")
@@ -167,16 +160,6 @@ void add_bench_prefix(CLI::App &bench) {
       ->capture_default_str();
   cmd->add_option("--output", w.output_min, "Reply length (tokens)")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   cmd->add_option("--seed", w.seed, "Seed of arrivals and tokens")->capture_default_str();
-  cmd->add_option("--slots", e.slots, "NPCs served at once (llama-server --parallel)")
-      ->check(CLI::Range(1u, 255u))
-      ->capture_default_str();
-  cmd->add_option("--ctx", e.ctx, "KV cells (unified cache on both)")->check(CLI::Range(16u, 1u << 24))->capture_default_str();
-  cmd->add_option("--batch", e.batch, "n_batch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
-  cmd->add_option("--ubatch", e.ubatch, "n_ubatch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
-  cmd->add_option("--threads", e.threads, "CPU threads for each engine (0 = all)")->check(CLI::Range(0, 1024))
-      ->capture_default_str();
-  cmd->add_option("--step-tokens", e.step_tokens, "weft: tokens per step")->check(CLI::Range(1u, 1u << 20))
-      ->capture_default_str();
   cmd->add_option("--cache-reuse", e.cache_reuse, "llama-server --cache-reuse (0 = not passed)")->capture_default_str();
   cmd->add_option("--timeout", o->timeout_s, "Give up on an engine after this many seconds")
       ->check(CLI::Range(1.0, 86400.0))

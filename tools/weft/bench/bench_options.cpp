@@ -1,0 +1,39 @@
+#include "bench_options.hpp"
+
+#include <fmt/format.h>
+
+namespace weft_cli::bench {
+
+const char *default_llama_server() {
+#ifdef WEFT_LLAMA_TOOLS_DIR
+  return WEFT_LLAMA_TOOLS_DIR "/llama-server";
+#else
+  return "";
+#endif
+}
+
+void add_engine_options(CLI::App &cmd, TargetParams &e, const std::string &slots_what) {
+  const char *server = default_llama_server();
+  cmd.add_option("--server", e.server_binary,
+                 fmt::format("llama-server binary (default: {})", *server ? server : "none built in"));
+  cmd.add_option("--server-log", e.server_log, "Where llama-server's output goes (default: /tmp/weft-bench-...)");
+  cmd.add_option("--slots", e.slots, slots_what + " (llama-server --parallel)")
+      ->check(CLI::Range(1u, 255u))
+      ->capture_default_str();
+  cmd.add_option("--ctx", e.ctx, "KV cells, shared by all slots (unified cache on both)")
+      ->check(CLI::Range(16u, 1u << 24))
+      ->capture_default_str();
+  cmd.add_option("--batch", e.batch, "n_batch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  cmd.add_option("--ubatch", e.ubatch, "n_ubatch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  cmd.add_option("--threads", e.threads, "CPU threads for each engine (0 = all)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd.add_option("--step-tokens", e.step_tokens, "weft: tokens per step (StepBudget::max_tokens)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd.add_option("--ready-timeout", e.server_ready_timeout_s, "Seconds llama-server may take to get ready")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+}
+
+}  // namespace weft_cli::bench

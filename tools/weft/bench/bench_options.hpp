@@ -1,0 +1,22 @@
+// Command-line options `weft bench mixed` and `weft bench prefix` share: the
+// engines under test (llama-server's binary, slots, context, batch sizes,
+// threads, weft's step budget), registered once.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "bench_mixed.hpp"
+
+namespace weft_cli::bench {
+
+// The llama-server built with weft's llama.cpp (`llama-tools`), or "".
+const char *default_llama_server();
+
+// --server, --server-log, --slots, --ctx, --batch, --ubatch, --threads,
+// --step-tokens, --ready-timeout into `e`; `slots_what` says what a slot
+// serves in this bench.
+void add_engine_options(CLI::App &cmd, TargetParams &e, const std::string &slots_what);
+
+}  // namespace weft_cli::bench
