@@ -41,8 +41,14 @@ void add_serve(CLI::App &app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--read-timeout", o->read_timeout_s, "Seconds a client may stay silent mid-request")
       ->capture_default_str()->check(CLI::Range(1, 3600));
-  cmd->add_option("--http-threads", o->http_threads, "Connections served at once")->capture_default_str()
-      ->check(CLI::Range(2, 4096));
+  cmd->add_option("--keep-alive-timeout", o->keep_alive_timeout_s,
+                  "Seconds an idle connection (before or between requests) stays open")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  cmd->add_option("--http-threads", o->http_threads, "HTTP threads kept ready (more start with connections)")
+      ->capture_default_str()->check(CLI::Range(2, 4096));
+  cmd->add_option("--max-connections", o->max_connections,
+                  "Connections open at once, each on a thread; more are answered 503")
+      ->capture_default_str()->check(CLI::Range(1u, 65536u));
   cmd->add_option("--shutdown-grace", o->shutdown_grace_s, "Seconds running generations may finish on SIGTERM")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->callback([o] {

@@ -67,6 +67,9 @@ std::string prometheus_text(ServeContext &ctx) {
   o.one("weft_completion_tokens_total", "counter", "Tokens generated for requests", ctx.counters.completion_tokens.load());
   o.one("weft_request_timeouts_total", "counter", "Generations cut by --timeout", ctx.counters.timeouts.load());
   o.one("weft_client_disconnects_total", "counter", "Streams whose client went away", ctx.counters.disconnects.load());
+  o.one("weft_http_connections", "gauge", "Open HTTP connections", ctx.counters.connections.load());
+  o.one("weft_http_connections_refused_total", "counter", "Connections refused past --max-connections",
+        ctx.counters.connections_refused.load());
   o.one("weft_active_generations", "gauge", "Generations requests are waiting on", ctx.active_runs.load());
   o.head("weft_http_requests_total", "counter", "HTTP requests answered, by route and status");
   {

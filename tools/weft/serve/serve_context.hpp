@@ -22,6 +22,8 @@ struct ServeCounters {
   std::atomic<std::uint64_t> completion_tokens{0};  // generated for requests
   std::atomic<std::uint64_t> timeouts{0};           // generations cut by --timeout
   std::atomic<std::uint64_t> disconnects{0};        // streams whose client went away
+  std::atomic<int> connections{0};                   // open HTTP connections, over --max-connections included
+  std::atomic<std::uint64_t> connections_refused{0};  // answered 503 server_busy, or closed at once
   std::mutex mu;
   std::map<std::pair<std::string, int>, std::uint64_t> requests;  // (route, status) -> count
 

@@ -25,8 +25,10 @@ struct ServeOptions {
   std::uint32_t max_tokens = 4096;        // most tokens one request may ask for
   std::uint32_t max_conversations = 256;  // live conversations, ephemeral ones included
   double request_timeout_s = 600;         // one generation, start to end
-  int read_timeout_s = 10;                // a client that sends nothing this long is dropped
-  int http_threads = 32;                  // connections served at once (more wait in the queue)
+  int read_timeout_s = 10;                // a client silent this long mid-request is dropped
+  int keep_alive_timeout_s = 5;           // an idle connection (before or between requests) is closed
+  int http_threads = 32;                  // HTTP threads kept ready; more start with the connections
+  std::uint32_t max_connections = 1024;   // connections open at once; more are answered 503
   double shutdown_grace_s = 5;            // SIGTERM: how long running generations may finish
 };
 

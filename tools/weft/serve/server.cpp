@@ -3,9 +3,18 @@
 
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "serve/api_error.hpp"
 #include "serve/conversation_routes.hpp"
@@ -38,6 +47,146 @@ std::string pick_chat_template(const weft::Model &model, const std::string &want
                          "(--chat-template NAME picks another)\n");
     return "chatml";
   }
+}
+
+// Set on the HTTP thread serving a connection past --max-connections: its
+// request is answered 503 (the pre-routing handler) and the connection closed.
+thread_local bool t_over_capacity = false;
+
+// Descriptors the process needs besides its connections' (model file, spill
+// files, stdio, the listening socket, what llama.cpp opens).
+constexpr rlim_t kReservedFds = 256;
+
+// cpp-httplib serves a connection on one thread for as long as it is open:
+// waiting for its first request (--keep-alive-timeout), reading it
+// (--read-timeout), and between keep-alive requests. A fixed pool therefore
+// lets idle or stalled connections occupy every thread while others wait in
+// its queue. This one starts a thread whenever a connection would otherwise
+// wait, up to --max-connections (--http-threads stay ready; the others end
+// 3 s after their connection closes), and answers connections past the cap
+// with 503 on at most --http-threads more threads; past those too, at most
+// --http-threads connections wait and the rest are closed at once.
+// (httplib's own growing ThreadPool starts a thread only when none is idle,
+// so a burst of connections leaves some queued behind held ones for good.)
+class ConnectionPool final : public httplib::TaskQueue {
+ public:
+  ConnectionPool(ServeCounters &counters, std::size_t ready, std::size_t max_connections)
+      : counters_(counters), max_connections_(max_connections), max_threads_(max_connections + ready),
+        max_waiting_(ready) {
+    std::lock_guard lk(mu_);
+    for (std::size_t i = 0; i < ready; ++i) spawn(false);
+  }
+  ~ConnectionPool() override { shutdown(); }
+
+  bool enqueue(std::function<void()> fn) override {
+    const bool over = counters_.connections.fetch_add(1) >= static_cast<int>(max_connections_);
+    if (over) counters_.connections_refused.fetch_add(1);
+    std::vector<std::thread> ended;
+    {
+      std::lock_guard lk(mu_);
+      ended.swap(ended_);
+      const bool needs_thread = jobs_.size() >= idle_;  // every idle thread already has a job coming
+      const bool can_start = live_ < max_threads_;
+      if (stop_ || (needs_thread && !can_start && jobs_.size() >= idle_ + max_waiting_)) {
+        counters_.connections.fetch_sub(1);
+        if (!over) counters_.connections_refused.fetch_add(1);
+        return false;  // httplib closes the socket
+      }
+      jobs_.push_back([this, over, fn = std::move(fn)] {
+        t_over_capacity = over;
+        fn();  // httplib's connection loop; it catches what handlers throw
+        t_over_capacity = false;
+        counters_.connections.fetch_sub(1);
+      });
+      if (needs_thread && can_start) spawn(true);
+    }
+    cv_.notify_one();
+    for (auto &t : ended) t.join();
+    return true;
+  }
+
+  // Runs what is queued (httplib closes those sockets at once once stopped), joins every thread.
+  void shutdown() override {
+    std::list<std::thread> all;
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+      all.swap(threads_);
+      for (auto &t : ended_) all.push_back(std::move(t));
+      ended_.clear();
+    }
+    cv_.notify_all();
+    for (auto &t : all)
+      if (t.joinable()) t.join();
+  }
+
+ private:
+  // Under mu_.
+  void spawn(bool extra) {
+    ++live_;
+    threads_.emplace_back([this, extra] { work(extra); });
+  }
+
+  void work(bool extra) {
+    std::unique_lock lk(mu_);  // also waits for spawn() to have stored this thread
+    for (;;) {
+      ++idle_;
+      const auto ready = [this] { return stop_ || !jobs_.empty(); };
+      const bool woke = extra ? cv_.wait_for(lk, std::chrono::seconds(3), ready) : (cv_.wait(lk, ready), true);
+      --idle_;
+      if (jobs_.empty()) {
+        if (stop_ || !woke) break;
+        continue;
+      }
+      auto job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lk.unlock();
+      job();
+      lk.lock();
+    }
+    --live_;
+    // An extra thread that ends hands its handle over to be joined (by the
+    // next enqueue, or shutdown); shutdown() may have taken it already.
+    if (extra)
+      for (auto it = threads_.begin(); it != threads_.end(); ++it)
+        if (it->get_id() == std::this_thread::get_id()) {
+          ended_.push_back(std::move(*it));
+          threads_.erase(it);
+          break;
+        }
+  }
+
+  ServeCounters &counters_;
+  const std::size_t max_connections_, max_threads_, max_waiting_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::list<std::thread> threads_;  // live ones
+  std::vector<std::thread> ended_;  // extra ones that ended, to join
+  std::size_t live_ = 0, idle_ = 0;
+  bool stop_ = false;
+};
+
+// Each open connection is a descriptor: raises the soft limit to what
+// --max-connections needs when the hard limit allows, else lowers
+// --max-connections to fit (and says so).
+std::uint32_t fit_fd_limit(std::uint32_t max_connections, int http_threads) {
+  const rlim_t need = rlim_t(max_connections) + 2 * rlim_t(http_threads) + kReservedFds;
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return max_connections;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    rlimit up = rl;
+    up.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : std::min(need, rl.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
+  }
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return max_connections;
+  const rlim_t spare = rl.rlim_cur > 2 * rlim_t(http_threads) + kReservedFds + 8
+                           ? rl.rlim_cur - 2 * rlim_t(http_threads) - kReservedFds : 8;
+  const auto fitted = static_cast<std::uint32_t>(std::min<rlim_t>(spare, max_connections));
+  std::fprintf(stderr, "weft serve: the open-file limit is %llu (hard %llu); --max-connections %u needs %llu, lowered to %u\n",
+               static_cast<unsigned long long>(rl.rlim_cur), static_cast<unsigned long long>(rl.rlim_max),
+               max_connections, static_cast<unsigned long long>(need), fitted);
+  return fitted;
 }
 
 }  // namespace
@@ -75,9 +224,19 @@ void ServeApp::configure_http() {
   svr_.set_payload_max_length(c.opt.max_body_bytes);
   svr_.set_read_timeout(c.opt.read_timeout_s, 0);
   svr_.set_write_timeout(c.opt.read_timeout_s, 0);
-  svr_.set_keep_alive_timeout(5);
+  svr_.set_keep_alive_timeout(c.opt.keep_alive_timeout_s);
+  c.opt.max_connections = fit_fd_limit(c.opt.max_connections, c.opt.http_threads);
   const auto threads = static_cast<std::size_t>(std::max(2, c.opt.http_threads));
-  svr_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr_.new_task_queue = [&c, threads] { return new ConnectionPool(c.counters, threads, c.opt.max_connections); };
+  // A connection past --max-connections: its request gets 503, and it is closed.
+  svr_.set_pre_routing_handler([&c](const httplib::Request &, httplib::Response &res) {
+    if (!t_over_capacity) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(503, "server_error", "server_busy",
+                             fmt::format("{} connections are open, the server's --max-connections; try again later",
+                                         c.opt.max_connections)));
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   // httplib's own refusals (413, 404, 400 on a bad request line) in
   // OpenAI's shape too.
   svr_.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
