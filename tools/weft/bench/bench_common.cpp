@@ -54,6 +54,14 @@ double load_average_1min() {
   return v;
 }
 
+bool cpu_has_amx() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) == 0) return line.find(" amx_int8") != std::string::npos;
+  }
+  return false;
+}
+
 nlohmann::json machine_info() {
   std::string cpu;
   std::ifstream in("/proc/cpuinfo");
@@ -68,7 +76,8 @@ nlohmann::json machine_info() {
   return {{"cpu", cpu},
           {"hardware_threads", std::thread::hardware_concurrency()},
           {"kernel", fmt::format("{} {}", u.sysname, u.release)},
-          {"load_average_1min", load_average_1min()}};
+          {"load_average_1min", load_average_1min()},
+          {"amx", cpu_has_amx()}};
 }
 
 void write_json(const std::string &path, const nlohmann::json &doc) {

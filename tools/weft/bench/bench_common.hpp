@@ -31,6 +31,11 @@ std::vector<weft::Token> random_tokens(std::mt19937_64 &rng, std::size_t n, std:
 // CPU model, cores, load average, kernel: what a reader needs to weigh the numbers.
 nlohmann::json machine_info();
 double load_average_1min();
+// Whether the CPU has AMX (the amx_int8 flag in /proc/cpuinfo). weft turns
+// llama.cpp's extra weight buffers off there (its AMX matmul crashes on
+// quantised weights), so llama-server gets --no-repack to run the same
+// kernels (and not crash).
+bool cpu_has_amx();
 
 // Writes `doc` pretty-printed; throws weft::Error(io) naming the path.
 void write_json(const std::string &path, const nlohmann::json &doc);

@@ -1,5 +1,7 @@
 #include "bench_server.hpp"
 
+#include "bench_common.hpp"
+
 // Built only with cpp-httplib; see tools/weft/CMakeLists.txt.
 #if __has_include(<httplib.h>)
 #include <fmt/format.h>
@@ -109,6 +111,7 @@ bool ServerProcess::spawn(int port) {
     argv_ = {opt_.binary, "-m", opt_.model, "--host", "127.0.0.1", "--port", std::to_string(port),
              "-c", std::to_string(opt_.ctx), "-b", std::to_string(opt_.batch), "-ub", std::to_string(opt_.ubatch),
              "-np", std::to_string(opt_.slots), "-kvu", "-cb", "--no-webui"};
+    if (cpu_has_amx()) argv_.push_back("--no-repack");  // as weft does there (bench_common.hpp)
   }
   if (opt_.threads > 0 && opt_.kind == ServerKind::llama_server) {
     for (const char *flag : {"-t", "-tb"}) {
