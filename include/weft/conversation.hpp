@@ -60,9 +60,10 @@ struct ConvHandle;
 }
 
 struct SaveOptions {
-  // Write tokens only, no KV data: a file of a few bytes per token instead
-  // of the model's KV size per token; load() then re-decodes the history
-  // (as a spilled `recompute` conversation). Default false.
+  // Write tokens only, no KV data and no logits: a few bytes a token instead
+  // of the model's KV size a token. load() gives a conversation whose whole
+  // history is queued input again (n_decoded() 0), decoded by the next steps
+  // — sharing what the cache holds of it already. Default false.
   bool tokens_only = false;
 };
 
