@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 const std::string kTiny = std::string(WEFT_TEST_MODELS) + "/tiny.gguf";
 const std::string kWorkload = " --conversations 4 --rate 50 --system-tokens 16 --prompt-min 4 --prompt-max 16 "
-                              "--output-min 2 --output-max 6 --ctx 1024 --slots 2 --threads 1 --step-tokens 16 -q";
+                              "--output-min 2 --output-max 6 --ctx 1024 --slots 2 --threads 1 --step-tokens 16 --step-ms 40 -q";
 
 fs::path temp_dir(const std::string &name) {
   auto dir = fs::temp_directory_path() / ("weft-bench-wire-test-" + name + "-" + std::to_string(::getpid()));
@@ -74,7 +74,8 @@ TEST(BenchMixedWire, WeftServeAndInProcessRunTheWholeWorkload) {
   EXPECT_EQ(doc["ratios"]["itl_mean_ms weft-serve-weft"]["per_repetition"].size(), 2u);
   // weft serve ran with the bench's settings.
   const std::string argv = doc["settings"]["weft-serve"]["argv"].dump();
-  for (const char *arg : {"\"--step-tokens\",\"16\"", "\"--parallel\",\"3\"", "\"--ctx\",\"1024\"", "\"-t\",\"1\""})
+  for (const char *arg : {"\"--step-tokens\",\"16\"", "\"--step-ms\",\"40\"", "\"--parallel\",\"3\"",
+                          "\"--ctx\",\"1024\"", "\"-t\",\"1\""})
     EXPECT_NE(argv.find(arg), std::string::npos) << arg << " not in " << argv;
   EXPECT_NE(r.output.find("itl_mean_ms weft-serve-weft"), std::string::npos) << r.output;
   fs::remove_all(dir);

@@ -231,7 +231,9 @@ class WeftTarget final : public Target {
       if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
       return;
     }
-    ex_.step({.max_tokens = p_.step_tokens});
+    weft::StepBudget budget{.max_tokens = p_.step_tokens};
+    if (p_.step_ms > 0) budget.max_time = std::chrono::milliseconds(p_.step_ms);
+    ex_.step(budget);
     for (auto it = live_.begin(); it != live_.end();) {
       Live &l = *it;
       if (!l.gen.done()) {
@@ -280,6 +282,7 @@ class WeftTarget final : public Target {
             {"n_ubatch", p_.ubatch},
             {"n_seq_max", p_.slots + (p_.fork_system ? 1 : 0)},
             {"step_tokens", p_.step_tokens},
+            {"step_ms", p_.step_ms},
             {"max_prompt_chunk", p_.max_chunk},
             {"n_threads", p_.threads},
             // Over the last 1024 steps: what the ITL percentiles are made of.

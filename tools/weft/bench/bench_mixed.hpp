@@ -79,6 +79,8 @@ struct TargetParams {
   int threads = 0;
   // weft only: StepBudget::max_tokens and ExecutorParams::max_prompt_chunk.
   unsigned step_tokens = 64, max_chunk = 0;
+  // weft only: StepBudget::max_time in ms (weft serve --step-ms); 0 = none.
+  unsigned step_ms = 0;
   // true (bench mixed): the system prompt is decoded before the clock starts
   // and each conversation forks it (llama-server: one warm-up request).
   // false (bench prefix): nothing is warm; each conversation is created on

@@ -44,8 +44,8 @@ ServerOptions weft_serve_options(const TargetParams &p, const std::string &log) 
           .ubatch = p.ubatch,
           .slots = p.slots + 1,
           .threads = p.threads,
-          .extra_args = {"--step-tokens", std::to_string(p.step_tokens), "--alias", kWeftAlias, "--shutdown-grace",
-                         "0", "--max-tokens", "1048576"},
+          .extra_args = {"--step-tokens", std::to_string(p.step_tokens), "--step-ms", std::to_string(p.step_ms),
+                         "--alias", kWeftAlias, "--shutdown-grace", "0", "--max-tokens", "1048576"},
           .ready_timeout_s = p.server_ready_timeout_s};
 }
 

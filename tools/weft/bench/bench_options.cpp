@@ -31,6 +31,9 @@ void add_engine_options(CLI::App &cmd, TargetParams &e, const std::string &slots
   cmd.add_option("--step-tokens", e.step_tokens, "weft: tokens per step (StepBudget::max_tokens)")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
+  cmd.add_option("--step-ms", e.step_ms, "weft: wall-clock target per step in ms (StepBudget::max_time; 0 = none)")
+      ->check(CLI::Range(0u, 60000u))
+      ->capture_default_str();
   cmd.add_option("--ready-timeout", e.server_ready_timeout_s, "Seconds llama-server may take to get ready")
       ->check(CLI::Range(1.0, 3600.0))
       ->capture_default_str();

@@ -15,7 +15,7 @@ namespace weft_cli::bench {
 const char *default_llama_server();
 
 // --server, --server-log, --slots, --ctx, --batch, --ubatch, --threads,
-// --step-tokens, --ready-timeout into `e`; `slots_what` says what a slot
+// --step-tokens, --step-ms, --ready-timeout into `e`; `slots_what` says what a slot
 // serves in this bench.
 void add_engine_options(CLI::App &cmd, TargetParams &e, const std::string &slots_what);
 

@@ -27,6 +27,11 @@ void add_serve(CLI::App &app) {
   cmd->add_option("--ubatch", o->ubatch, "Micro-batch size (n_ubatch; 0: --batch)")->capture_default_str();
   cmd->add_option("--step-tokens", o->step_tokens, "Most tokens per step, the step budget (0: --batch)")
       ->capture_default_str();
+  cmd->add_option("--step-ms", o->step_ms,
+                  "Wall-clock target per step (0: none): prompts are taken in chunks that keep steps this short, "
+                  "as the cost model predicts, so generating conversations wait less")
+      ->check(CLI::Range(0u, 60000u))
+      ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Decode threads (0: all)")->capture_default_str();
   cmd->add_option("--spill-ram-mb", o->spill_ram_mb, "RAM for parked conversations' KV data")->capture_default_str();
   cmd->add_option("--spill-dir", o->spill_dir, "Directory for parked KV data once RAM is full (default: none)");

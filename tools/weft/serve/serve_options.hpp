@@ -16,6 +16,7 @@ struct ServeOptions {
   std::uint32_t batch = 512;      // most tokens per decode (n_batch)
   std::uint32_t ubatch = 0;       // micro-batch (n_ubatch); 0 = batch
   std::uint32_t step_tokens = 0;  // most tokens per step (StepBudget::max_tokens); 0 = batch
+  std::uint32_t step_ms = 0;      // wall-clock target per step (StepBudget::max_time); 0 = none
   int threads = 0;                // decode threads; 0 = all
   std::uint64_t spill_ram_mb = 1024;
   std::string spill_dir;          // empty: no disk tier

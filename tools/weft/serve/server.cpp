@@ -213,6 +213,7 @@ ServeApp::ServeApp(ServeOptions opt) {
   // conversations that are generating wait for a step that also ingests prompts.
   weft::StepBudget budget;
   if (c.opt.step_tokens > 0) budget.max_tokens = c.opt.step_tokens;
+  if (c.opt.step_ms > 0) budget.max_time = std::chrono::milliseconds(c.opt.step_ms);
   c.stepper = std::make_unique<Stepper>(*c.ex, budget);
   configure_http();
 }
