@@ -92,8 +92,11 @@ void edit_conv(const std::shared_ptr<ConvHandle> &h, Fn &&fn) {
 }  // namespace
 
 void ExecutorCore::claim_slot_locked(Conv &c, const char *what) {
-  if (kv->acquire_slot(c.kv)) return;
-  if (kv->spill_on()) return;  // a step parks someone for it
+  // Game threads call this while a step may be decoding: no eviction here
+  // (it calls llama.cpp); a prefix cache entry gives its slot up at the
+  // step's boundary instead.
+  if (kv->acquire_unused_slot(c.kv)) return;
+  if (kv->spill_on() || kv->slots_free() > 0) return;  // a step parks someone, or evicts a cache entry, for it
   fail(Errc::out_of_range,
        fmt::format("conversation {}: cannot {}: all n_seq_max = {} sequence slots are held and spill is off "
                    "(ram_bytes = 0, no disk_dir, recompute = false), so none can be freed for it; dispose a "

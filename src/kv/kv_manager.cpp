@@ -80,6 +80,13 @@ void KvManager::sync_index() const {
   }
 }
 
+bool KvManager::acquire_unused_slot(KvHandle &h) {
+  if (h.seq >= 0) return true;
+  if (free_seqs_.empty()) return false;
+  h.seq = take_seq(&h);
+  return true;
+}
+
 bool KvManager::acquire_slot(KvHandle &h) {
   if (h.seq >= 0) return true;
   h.seq = take_seq(&h);

@@ -95,8 +95,12 @@ class KvManager {
   bool spill_on() const noexcept;
 
   // Takes a free slot for h (no KV data moves), evicting a prefix cache
-  // entry if need be. False when none is free.
+  // entry if need be (a llama.cpp call: at a step boundary only). False
+  // when none is free.
   bool acquire_slot(KvHandle &h);
+  // A slot nobody holds, without evicting: no llama.cpp call, so safe off
+  // the boundary (under the state lock while a step decodes).
+  bool acquire_unused_slot(KvHandle &h);
   // Evicts prefix cache entries until llama.cpp has `n` free cells (before
   // a decode). False when it cannot.
   bool make_room(std::uint32_t n);

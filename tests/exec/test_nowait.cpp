@@ -327,3 +327,47 @@ TEST(NoWait, ALoadRefusedAtTheWorkersBoundaryIsDecodedAgain) {
   expect_cache_exact(ex);
   expect_logits_fresh(loaded);
 }
+
+// A prompt on a game thread, while a step decodes, that needs the slot a
+// prefix cache entry holds: the entry gives it up at the step's boundary,
+// not on the game thread (evicting calls llama_memory_seq_rm, which must
+// never run beside llama_decode: `weft serve` crashed with a double free).
+TEST(NoWait, APromptNeverEvictsTheCacheOffTheBoundary) {
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(31);
+  weft::Executor ex(m, {.n_ctx = 1024, .n_batch = 64, .n_seq_max = 3, .n_threads = 2});
+  auto &core = weft::detail::TestAccess::core(ex);
+  auto cached_entries = [&] {
+    std::lock_guard lock(core.mu);
+    return core.kv->cache_entries();
+  };
+  auto gone = ex.create(), b = ex.create(), c = ex.create();
+  for (auto *x : {&gone, &b, &c}) x->prompt(random_tokens(rng, m, 40, true));
+  run_until_idle(ex);
+  gone.dispose();  // its cells and slot stay as a prefix cache entry
+  run_until_idle(ex);
+  ASSERT_EQ(cached_entries(), 1u);
+  ASSERT_EQ(ex.stats().slots_used, 2u) << "the entry's slot counts as free";
+
+  Gate gate;
+  weft::detail::set_decode_hook(ex, [&](const llama_batch &) {
+    gate.hold();
+    return 0;
+  });
+  b.prompt(random_tokens(rng, m, 5));
+  gate.armed = true;
+  std::thread stepper([&] { ex.step(); });
+  ASSERT_EQ(gate.entered.get_future().wait_for(30s), std::future_status::ready);
+  auto d = ex.create();
+  const auto h = random_tokens(rng, m, 12, true);
+  EXPECT_TRUE(returns_promptly([&] { d.prompt(h); }));
+  EXPECT_EQ(cached_entries(), 1u) << "evicted on the game thread while llama_decode ran";
+  gate.release.set_value();
+  stepper.join();
+  weft::detail::set_decode_hook(ex, nullptr);
+  run_until_idle(ex);
+  EXPECT_EQ(cached_entries(), 0u) << "given up at the boundary instead";
+  expect_cache_exact(ex);
+  expect_logits_fresh(d);
+  expect_logits_fresh(b);
+}
