@@ -218,8 +218,7 @@ class KvManager {
 
   // The prefix cache (prefix_cache.cpp).
   struct CacheEntry {
-    KvHandle kv;
-    std::uint64_t last_use = 0;
+    KvHandle kv;  // live = false; the list's order is the LRU order
   };
   struct Donor {
     const KvHandle *h = nullptr;
