@@ -55,7 +55,8 @@ struct MakeModelParams {
   // Output path. Required. Written atomically (temp file, then rename).
   std::string out;
   // GGUF holding the tokenizer to copy; default: llama.cpp's
-  // models/ggml-vocab-llama-spm.gguf from the tree weft was built against.
+  // models/ggml-vocab-llama-spm.gguf from the tree weft was built against
+  // (for the npc preset: the vocabulary fitted to its corpus, TrainParams::vocab).
   std::string vocab;
   // Progress in [0, 1] on the calling thread. Default none.
   std::function<void(float progress)> on_progress;

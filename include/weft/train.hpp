@@ -64,7 +64,11 @@ struct TrainParams {
   // Output GGUF (f32). Required. Written atomically: nothing appears at
   // `out` unless training finished.
   std::string out;
-  // GGUF to copy the tokenizer from; default: as MakeModelParams::vocab.
+  // GGUF to copy the tokenizer from. Default empty: a vocabulary fitted to
+  // the corpus (its words, their SPM merge chains, the 256 byte tokens and
+  // <unk> <s> </s>: ~2,000 tokens instead of llama's 32,000), written without
+  // the SPM space prefix so that a prompt starting a line tokenizes as that
+  // line did in training.
   std::string vocab;
   // Called after every 4 training windows (n_ctx / n_batch optimizer steps
   // each; about a second with the defaults on 2 cores). Default none.

@@ -15,11 +15,14 @@
 #include <vector>
 
 #include "core/internal.hpp"
+#include "modelgen/npc_grammar.hpp"
 #include "modelgen/splitmix.hpp"
 #include "weft/train.hpp"
 
 namespace weft {
 namespace {
+
+using namespace detail::npc;
 
 struct Rng : detail::SplitMix64 {
   // Uniform in [0, n); n > 0. Bias is negligible for the tiny n used here.
@@ -37,101 +40,6 @@ struct Rng : detail::SplitMix64 {
 };
 
 using Words = std::span<const char *const>;
-
-struct Good {
-  const char *name;
-  int lo, hi;  // price range in coins
-};
-
-struct Role {
-  const char *title;  // "blacksmith"
-  const char *place;  // "forge"
-  std::vector<Good> goods;
-  std::vector<const char *> work;  // "I mend armour for the guards."
-};
-
-const std::vector<Role> &roles() {
-  static const std::vector<Role> r = {
-      {"blacksmith", "forge",
-       {{"iron sword", 20, 60}, {"steel axe", 15, 45}, {"horseshoe", 2, 6}, {"shield", 18, 50}, {"dagger", 6, 20},
-        {"helmet", 12, 35}},
-       {"I mend armour for the guards.", "I have been at the anvil since dawn.", "The fire must stay hot all day."}},
-      {"innkeeper", "inn",
-       {{"room for the night", 3, 9}, {"bowl of stew", 1, 4}, {"mug of ale", 1, 3}, {"loaf of bread", 1, 3},
-        {"hot bath", 2, 5}},
-       {"Travellers come in from the forest road every night.", "The rooms upstairs are clean and warm.",
-        "I hear every story told at my tables."}},
-      {"merchant", "stall",
-       {{"silk scarf", 5, 15}, {"lantern", 4, 12}, {"rope", 2, 6}, {"map of the valley", 8, 25}, {"compass", 10, 30},
-        {"wool cloak", 6, 18}},
-       {"I buy cheap in the city and sell fair here.", "My cart came over the bridge this morning.",
-        "Trade has been slow since the rains."}},
-      {"healer", "house of healing",
-       {{"healing salve", 4, 12}, {"bandage", 1, 3}, {"fever draught", 6, 16}, {"sleeping tea", 2, 7}},
-       {"I tend the sick and the wounded.", "Herbs from the forest heal most wounds.",
-        "Rest is the best medicine, but few listen."}},
-      {"town guard", "gate",
-       {{"pass for the gate", 2, 5}, {"spare spear", 10, 25}, {"torch", 1, 2}},
-       {"I keep watch at the gate from dusk to dawn.", "No one enters the town without a name.",
-        "The captain wants the walls watched day and night."}},
-      {"baker", "bakery",
-       {{"loaf of bread", 1, 3}, {"honey cake", 2, 6}, {"meat pie", 3, 7}, {"sweet roll", 1, 4}},
-       {"I light the ovens before the sun is up.", "The whole street smells of my bread.",
-        "Flour comes from the mill by the river."}},
-      {"hunter", "lodge",
-       {{"deer hide", 5, 14}, {"bow", 15, 40}, {"bundle of arrows", 3, 9}, {"smoked meat", 2, 6}},
-       {"I know every path in the old forest.", "The deer move to the hills in winter.",
-        "I follow tracks that others cannot see."}},
-      {"alchemist", "workshop",
-       {{"potion of strength", 12, 40}, {"fire oil", 8, 22}, {"vial of light", 6, 18}, {"antidote", 7, 20}},
-       {"I mix potions from roots and stones.", "Careful, some of these bottles bite.",
-        "The tower once held the greatest alchemists."}},
-      {"farmer", "farm",
-       {{"sack of grain", 2, 6}, {"basket of apples", 1, 4}, {"wheel of cheese", 3, 9}, {"dozen eggs", 1, 3}},
-       {"The harvest was good this year.", "Crows eat half my seed if I let them.",
-        "I sell at the market every morning."}},
-      {"bard", "corner of the square",
-       {{"song", 1, 5}, {"ballad of the old king", 3, 8}, {"lute string", 1, 3}},
-       {"I sing of heroes and lost kings.", "Every tale grows a little in the telling.",
-        "A song costs less than a story, and lasts longer."}},
-      {"fisher", "dock",
-       {{"fresh trout", 2, 5}, {"net", 6, 15}, {"barrel of eels", 5, 12}, {"fishing rod", 4, 10}},
-       {"The river gives, and the river takes.", "I cast my nets before sunrise.",
-        "The fish bite best when it rains."}},
-      {"scholar", "library",
-       {{"old book", 10, 35}, {"scroll", 4, 12}, {"lesson in reading", 2, 6}, {"star chart", 12, 30}},
-       {"I study the runes on the ruined tower.", "These books are older than the town.",
-        "Knowledge is the only treasure that grows when shared."}},
-  };
-  return r;
-}
-
-constexpr std::array<const char *, 64> kNames = {
-    "Brenna", "Oswin",  "Mara",   "Tobias", "Elda",   "Finn",    "Hilde",  "Corvin", "Ysolde", "Garrick", "Nell",
-    "Alaric", "Rowan",  "Sela",   "Bram",   "Ivy",    "Cedric",  "Wren",   "Tamsin", "Hugo",   "Orla",    "Desmond",
-    "Lark",   "Magnus", "Petra",  "Quinn",  "Rhea",   "Silas",   "Tilda",  "Ulric",  "Vera",   "Wendel",  "Ada",
-    "Bertram", "Cora",  "Dunstan", "Edith", "Fergus", "Greta",   "Harold", "Ingrid", "Jasper", "Kira",    "Leofric",
-    "Maude",  "Nils",   "Odette", "Piers",  "Rosalind", "Sten",  "Thea",   "Ulla",   "Viktor", "Wilma",   "Yorick",
-    "Zelda",  "Anselm", "Bryn",   "Clement", "Dagny", "Esme",    "Godric", "Helga",  "Ivo"};
-
-constexpr std::array<const char *, 16> kPlaces = {
-    "the old mill",    "the ruined tower", "the forest road",  "the river bridge", "the market square",
-    "the north gate",  "the chapel",      "the stone quarry", "the graveyard",    "the miller's pond",
-    "the east fields", "the king's well", "the broken wall",  "the hill fort",    "the crossroads",
-    "the deep woods"};
-
-constexpr std::array<const char *, 12> kCreatures = {"wolf",   "bear",  "goblin", "giant spider", "troll", "wild boar",
-                                                     "ghost",  "bandit", "witch", "serpent",      "ogre",  "pack of rats"};
-
-constexpr std::array<const char *, 8> kTimes = {"last night", "this morning", "two days ago", "at dusk",
-                                                 "yesterday",  "at midnight",  "before dawn",  "three nights ago"};
-
-constexpr std::array<const char *, 10> kLost = {"ring",  "dog",     "brother", "letter", "goat",
-                                                "sword", "daughter", "horse",  "key",    "necklace"};
-
-constexpr std::array<const char *, 6> kWeather = {"cold", "wet", "warm", "windy", "quiet", "grey"};
-
-constexpr std::array<const char *, 5> kAddress = {"traveller", "stranger", "friend", "young one", "adventurer"};
 
 // "1 gold coin", "7 gold coins".
 std::string coins(int n) { return fmt::format("{} gold coin{}", n, n == 1 ? "" : "s"); }
@@ -170,9 +78,7 @@ class Writer {
   void npc(const std::string &line) { out_ += std::string(name_) + ": " + line + "\n"; }
 
   void greeting() {
-    static constexpr std::array<const char *, 5> open = {"Good morning, {}.", "Hello, {}.", "Good evening, {}.",
-                                                          "Greetings, {}.", "Well met, {}."};
-    player(fmt::format(fmt::runtime(rng_.pick(open)), name_));
+    player(fmt::format(fmt::runtime(rng_.pick(kGreet)), name_));
     switch (rng_.below(4)) {
       case 0: npc(fmt::format("Welcome to my {}, {}.", role_->place, addr_)); break;
       case 1: npc(fmt::format("Hello, {}. I am {}, the {} of this town.", addr_, name_, role_->title)); break;
@@ -193,15 +99,13 @@ class Writer {
   }
 
   void trade() {
-    static constexpr std::array<const char *, 4> ask = {"What do you have for sale?", "What are you selling today?",
-                                                         "Show me your wares.", "Do you have anything for me?"};
     const std::size_t gi = rng_.below(role_->goods.size());
     const Good &g = role_->goods[gi];
     // A good keeps its price for the whole dialogue.
     if (prices_[gi] == 0) prices_[gi] = rng_.range(g.lo, g.hi);
     const int price = prices_[gi];
     if (rng_.chance(60)) {
-      player(rng_.pick(ask));
+      player(rng_.pick(kTradeAsk));
       npc(fmt::format("I can sell you {} {} for {}.", article(g.name), g.name, coins(price)));
     } else {
       player(fmt::format("How much is {} {}?", article(g.name), g.name));
@@ -230,9 +134,7 @@ class Writer {
   }
 
   void rumour() {
-    static constexpr std::array<const char *, 3> ask = {"Have you heard any news?", "What is the talk of the town?",
-                                                         "Anything strange happening lately?"};
-    player(rng_.pick(ask));
+    player(rng_.pick(kRumourAsk));
     const char *c = rng_.pick(kCreatures);
     const char *p = rng_.pick(kPlaces);
     const char *t = rng_.pick(kTimes);
@@ -249,7 +151,7 @@ class Writer {
   }
 
   void quest() {
-    player(rng_.chance(50) ? "Is there any work for me?" : "Can I help you with anything?");
+    player(rng_.chance(50) ? kQuestAsk[0] : kQuestAsk[1]);
     const int reward = rng_.range(5, 20) * 5;
     if (rng_.chance(50)) {
       const char *c = rng_.pick(kCreatures);
@@ -274,11 +176,10 @@ class Writer {
     const char *p = rng_.pick(kPlaces);
     const char *q = rng_.pick(kPlaces);
     player(fmt::format("How do I get to {}?", p));
-    static constexpr std::array<const char *, 4> dir = {"north", "south", "east", "west"};
     switch (rng_.below(3)) {
-      case 0: npc(fmt::format("Go {} past {}. You cannot miss it.", rng_.pick(dir), q)); break;
-      case 1: npc(fmt::format("Follow the road {} for a mile, then turn at {}.", rng_.pick(dir), q)); break;
-      default: npc(fmt::format("It is behind {}, a short walk {} of here.", q, rng_.pick(dir))); break;
+      case 0: npc(fmt::format("Go {} past {}. You cannot miss it.", rng_.pick(kDirections), q)); break;
+      case 1: npc(fmt::format("Follow the road {} for a mile, then turn at {}.", rng_.pick(kDirections), q)); break;
+      default: npc(fmt::format("It is behind {}, a short walk {} of here.", q, rng_.pick(kDirections))); break;
     }
   }
 
@@ -302,9 +203,7 @@ class Writer {
   }
 
   void farewell() {
-    static constexpr std::array<const char *, 4> bye = {"Goodbye, {}.", "Farewell, {}.", "I must go now, {}.",
-                                                         "Thank you, {}. Goodbye."};
-    player(fmt::format(fmt::runtime(rng_.pick(bye)), name_));
+    player(fmt::format(fmt::runtime(rng_.pick(kBye)), name_));
     switch (rng_.below(4)) {
       case 0: npc(fmt::format("Farewell, {}. Safe travels.", addr_)); break;
       case 1: npc(fmt::format("Come back to the {} any time, {}.", role_->place, addr_)); break;

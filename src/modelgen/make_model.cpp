@@ -21,6 +21,7 @@
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "modelgen/model_writer.hpp"
+#include "modelgen/npc_vocab.hpp"
 #include "modelgen/splitmix.hpp"
 #include "weft/make_model.hpp"
 #include "weft/train.hpp"
@@ -217,17 +218,23 @@ void detail::write_random_model(const RandomModelSpec &spec) {
     }
   }
 
-  const std::string vocab_path = spec.vocab.empty() ? default_vocab_path() : spec.vocab;
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(vocab_path, ec)) {
-    detail::fail(Errc::not_found, fmt::format("vocabulary file '{}' does not exist", vocab_path));
+  GgufPtr vocab;
+  int64_t n_vocab = 0;
+  if (spec.fitted_vocab) {
+    n_vocab = static_cast<int64_t>(detail::npc_fitted_vocab().tokens.size());
+  } else {
+    const std::string vocab_path = spec.vocab.empty() ? default_vocab_path() : spec.vocab;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(vocab_path, ec)) {
+      detail::fail(Errc::not_found, fmt::format("vocabulary file '{}' does not exist", vocab_path));
+    }
+    gguf_init_params vp{/*no_alloc=*/true, /*ctx=*/nullptr};
+    vocab.reset(gguf_init_from_file(vocab_path.c_str(), vp));
+    if (!vocab) detail::fail(Errc::corrupt, fmt::format("vocabulary file '{}' is not a readable GGUF", vocab_path));
+    const int64_t tokens_key = gguf_find_key(vocab.get(), "tokenizer.ggml.tokens");
+    if (tokens_key < 0) detail::fail(Errc::corrupt, fmt::format("'{}' has no tokenizer.ggml.tokens", vocab_path));
+    n_vocab = static_cast<int64_t>(gguf_get_arr_n(vocab.get(), tokens_key));
   }
-  gguf_init_params vp{/*no_alloc=*/true, /*ctx=*/nullptr};
-  GgufPtr vocab(gguf_init_from_file(vocab_path.c_str(), vp));
-  if (!vocab) detail::fail(Errc::corrupt, fmt::format("vocabulary file '{}' is not a readable GGUF", vocab_path));
-  const int64_t tokens_key = gguf_find_key(vocab.get(), "tokenizer.ggml.tokens");
-  if (tokens_key < 0) detail::fail(Errc::corrupt, fmt::format("'{}' has no tokenizer.ggml.tokens", vocab_path));
-  const int64_t n_vocab = static_cast<int64_t>(gguf_get_arr_n(vocab.get(), tokens_key));
 
   GgufPtr out(gguf_init_empty());
   gguf_context *g = out.get();
@@ -247,7 +254,11 @@ void detail::write_random_model(const RandomModelSpec &spec) {
   gguf_set_val_u32(g, "llama.vocab_size", static_cast<uint32_t>(n_vocab));
   gguf_set_val_str(g, "weft.preset", spec.preset.c_str());
   gguf_set_val_u64(g, "weft.seed", spec.seed);
-  copy_tokenizer(g, vocab.get());
+  if (vocab) {
+    copy_tokenizer(g, vocab.get());
+  } else {
+    detail::set_fitted_tokenizer(g, detail::npc_fitted_vocab());
+  }
   const auto specs = tensor_list(shape, n_vocab, spec.std_embd, spec.std_kv);
   ggml_init_params ip{ggml_tensor_overhead() * (specs.size() + 8), nullptr, /*no_alloc=*/true};
   GgmlPtr meta(ggml_init(ip));

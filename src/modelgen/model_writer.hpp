@@ -31,7 +31,10 @@ struct RandomModelSpec {
   std::string preset;  // recorded as weft.preset and in general.name
   std::uint64_t seed = 0;
   std::string out;     // written atomically
-  std::string vocab;   // empty = default_vocab_path()
+  std::string vocab;   // empty = default_vocab_path(), unless fitted_vocab
+  // Write the npc corpus's fitted vocabulary (npc_vocab.hpp) instead of
+  // copying a tokenizer from `vocab`.
+  bool fitted_vocab = false;
   std::function<void(float)> on_progress;
   // Std of token_embd and of attn_k/attn_v; 0 = the preset default 0.02.
   float std_embd = 0;

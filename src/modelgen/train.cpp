@@ -30,7 +30,8 @@ namespace {
 
 // Bumped whenever the corpus grammar or the trainer changes what a given
 // TrainParams produces, so cached models are not reused across versions.
-constexpr int kTrainerVersion = 1;
+// 2: the fitted vocabulary (npc_vocab.hpp) by default.
+constexpr int kTrainerVersion = 2;
 
 struct ModelFree {
   void operator()(llama_model *m) const { llama_model_free(m); }
@@ -209,6 +210,7 @@ TrainReport train_npc_model(const TrainParams &p) {
                               .seed = p.seed,
                               .out = init.path,
                               .vocab = p.vocab,
+                              .fitted_vocab = p.vocab.empty(),
                               .on_progress = {},
                               .std_embd = 1.0f,
                               .std_kv = 1.0f / std::sqrt(static_cast<float>(p.n_embd))});

@@ -113,8 +113,8 @@ TEST(Train, ShortRunLowersHeldOutLossAndWritesALoadableModel) {
   const auto r = weft::train_npc_model(t);
 
   // Learning really happened: held-out loss falls well below the untrained
-  // model's (~ln 32000 = 10.4) and accuracy rises from ~0.
-  EXPECT_GT(r.eval_loss_before, 9.0);
+  // model's (~ln 2800 = 7.9 with the fitted vocabulary) and accuracy rises from ~0.
+  EXPECT_GT(r.eval_loss_before, 6.5);
   EXPECT_LT(r.eval_loss, r.eval_loss_before - 2.0);
   EXPECT_GT(r.eval_accuracy, r.eval_accuracy_before + 0.10);
   EXPECT_GT(r.train_tokens, 4 * r.eval_tokens);
@@ -127,7 +127,9 @@ TEST(Train, ShortRunLowersHeldOutLossAndWritesALoadableModel) {
   const auto m = weft::Model::load({.path = out.string()});
   EXPECT_EQ(m.n_layer(), 1);
   EXPECT_EQ(m.n_embd(), 32);
-  EXPECT_EQ(m.n_vocab(), 32000);
+  // The vocabulary fitted to the corpus, not llama's 32000 tokens.
+  EXPECT_GT(m.n_vocab(), 1000);
+  EXPECT_LT(m.n_vocab(), 4000);
   EXPECT_EQ(m.meta("weft.preset"), "npc");
   EXPECT_EQ(m.meta("weft.train_key"), weft::npc_model_key(t));
 
@@ -166,6 +168,27 @@ TEST(Train, ShortRunLowersHeldOutLossAndWritesALoadableModel) {
   EXPECT_NEAR(acc, r.eval_accuracy, 0.1) << right << "/" << total << ", trainer says " << r.eval_accuracy;
 }
 
+TEST(Train, FittedVocabularyTokenizesCorpusWordsWholeAndRoundTripsAnyText) {
+  auto dir = weft_test::temp_dir("train-vocab");
+  auto t = small_run(dir / "npc.gguf");
+  t.corpus.target_bytes = 12'000;
+  weft::train_npc_model(t);
+  const auto m = weft::Model::load({.path = t.out, .vocab_only = true});
+  // Stock llama.cpp's SPM tokenizer merges every corpus word into one token.
+  const auto line = m.tokenize("Brenna: I can sell you an iron sword for 25 gold coins.\n");
+  EXPECT_EQ(line.size(), 15u);  // 12 words, ':', '.', '\n'
+  // No space prefix: a prompt that starts a line tokenizes as the same line
+  // inside a longer text, as the demo sends them.
+  const std::string a = "Brenna is the blacksmith of Eldermoor.\n", b = "Player: What do you have for sale?\nBrenna:";
+  auto ta = m.tokenize(a), tb = m.tokenize(b);
+  ta.insert(ta.end(), tb.begin(), tb.end());
+  EXPECT_EQ(ta, m.tokenize(a + b));
+  // Characters and bytes outside the corpus still round-trip.
+  for (std::string text : {"Hello, w\xc3\xb6rld! ~ {x} \xe2\x82\xac 1234", "  two  spaces\ttab\n\nend"}) {
+    EXPECT_EQ(m.detokenize(m.tokenize(text)), text);
+  }
+}
+
 TEST(Train, SameParamsGiveTheSameBytesWhateverTheThreadCount) {
   auto dir = weft_test::temp_dir("train-determinism");
   auto t = small_run(dir / "a.gguf");
@@ -176,7 +199,7 @@ TEST(Train, SameParamsGiveTheSameBytesWhateverTheThreadCount) {
   t.n_threads = 2;
   weft::train_npc_model(t);
   const auto a = weft_test::read_file(dir / "a.gguf");
-  ASSERT_GT(a.size(), 1'000'000u);
+  ASSERT_GT(a.size(), 300'000u);
   EXPECT_TRUE(a == weft_test::read_file(dir / "b.gguf"));
   // Another seed trains other weights.
   t.out = (dir / "c.gguf").string();
@@ -207,8 +230,8 @@ TEST(Train, DiskFullKeepsThePreviousFileAndLeavesNoScratch) {
   auto dir = weft_test::temp_dir("train-full");
   const auto out = dir / "npc.gguf";
   weft_test::write_file(out, std::string_view("previous model"));
-  // The 32-wide model is ~8 MB.
-  EXPECT_TRUE(weft_test::with_file_size_limit(1 << 20, [&] {
+  // The 32-wide model is ~0.8 MB.
+  EXPECT_TRUE(weft_test::with_file_size_limit(1 << 17, [&] {
     return throws_weft([&] { weft::train_npc_model(small_run(out)); }, weft::Errc::io, "writing");
   }));
   EXPECT_EQ(weft_test::read_file(out).size(), std::string_view("previous model").size());

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include "progress.hpp"
 #include "weft/weft.hpp"
 #include "weft/make_model.hpp"
+#include "weft/reply_check.hpp"
 #include "weft/train.hpp"
 
 namespace weft_cli {
@@ -73,43 +76,98 @@ std::string tail_line(const std::string &text, std::size_t width) {
 constexpr const char *kQuestions[] = {"What do you have for sale?", "Have you heard any news?",
                                       "Is there any work for me?", "How is business?"};
 
+// One NPC's part: who they are and the player's lines, as a game would
+// script them; the NPC answers each one.
+struct Script {
+  std::string name;
+  std::string role;
+  std::vector<std::string> player;
+};
+
+// The demo's own cast: an opening, one question from the corpus's topics, a farewell.
+std::vector<Script> demo_scripts(unsigned n) {
+  std::vector<Script> out;
+  for (unsigned i = 0; i < n; ++i) {
+    const Npc &npc = kNpcs[i];
+    out.push_back({npc.name, npc.role, {npc.opening, kQuestions[i % std::size(kQuestions)],
+                                        fmt::format("Farewell, {}.", npc.name)}});
+  }
+  return out;
+}
+
+// Dialogues of the corpus (another seed than the model's) with the NPC's
+// lines left for the model to write: the checker's yardstick.
+std::vector<Script> corpus_scripts(std::uint64_t seed, unsigned count) {
+  std::vector<Script> out;
+  for (const auto &d : weft::make_npc_dialogues({.seed = seed, .target_bytes = count * 600u})) {
+    if (out.size() == count) break;
+    std::istringstream in(d);
+    std::string header;
+    std::getline(in, header);
+    const auto is = header.find(" is the ");
+    const auto of = header.rfind(" of Eldermoor.");
+    Script s{header.substr(0, is), header.substr(is + 8, of - is - 8), {}};
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("Player: ")) s.player.push_back(line.substr(8));
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 struct Live {
-  Npc npc;
+  Script npc;
   weft::Conversation conv;
   weft::Generation gen;
-  std::vector<std::string> player;  // the scripted lines, opening first
   std::size_t turn = 0;             // index of the line being answered
   std::string transcript;           // finished exchanges
   std::size_t tokens = 0;           // generated so far, all turns
   double first_token_s = -1;
   double done_s = -1;
-  bool finished() const { return turn >= player.size(); }
+  bool finished() const { return turn >= npc.player.size(); }
 };
 
 }  // namespace
 
 void add_demo(CLI::App &app) {
   struct Opts {
-    std::string model;
-    unsigned npcs = 8, max_tokens = 40, ctx = 4096, batch = 256, seed = 1;
-    int threads = 0;
-    float temperature = 0.5f;
-    bool plain = false;
+    std::string model, transcripts;
+    unsigned npcs = 8, max_tokens = 40, ctx = 4096, batch = 256, seed = 1, dialogues = 0;
+    std::uint64_t script_seed = 1000;
+    int threads = 0, top_k = 20;
+    float temperature = 0.5f, top_p = 0.9f, repeat_penalty = 1.0f;
+    bool plain = false, check = false, grammar = true;
   };
   auto o = std::make_shared<Opts>();
   auto *cmd = app.add_subcommand("demo", "NPC dialogues generating together on one context, with a live view: each NPC "
                                          "answers three scripted player lines");
   cmd->add_option("-m,--model", o->model,
                   "GGUF model (default: the trained npc model, trained into the cache on first use)");
-  cmd->add_option("--npcs", o->npcs, "NPC conversations")->check(CLI::Range(1u, 12u))->capture_default_str();
+  cmd->add_option("--npcs", o->npcs, "NPC conversations at once")->check(CLI::Range(1u, 12u))->capture_default_str();
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens per NPC reply")->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "KV cells")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Tokens per step")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
   cmd->add_option("--temperature", o->temperature, "Sampling temperature")->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "Sample from the k most likely tokens (0 = all)")->capture_default_str();
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1 = off: NPCs must repeat names and "
+                                                          "prices)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
   cmd->add_flag("--plain", o->plain, "No live view (also when stdout is not a terminal)");
+  cmd->add_option("--grammar", o->grammar,
+                  "Constrain each NPC's replies to the corpus's lines for its role (weft::npc_reply_grammar; derived "
+                  "from the corpus, not from the player's line); only with the npc model")
+      ->capture_default_str();
+  cmd->add_flag("--check", o->check, "Judge every NPC reply against the corpus grammar (weft corpus --check)");
+  cmd->add_option("--transcripts", o->transcripts, "Also write the transcripts to this file");
+  cmd->add_option("--dialogues", o->dialogues,
+                  "Instead of the demo's cast, play this many corpus dialogues (player lines from --script-seed, the "
+                  "NPC's written by the model), --npcs at a time; prints the check, not the transcripts")
+      ->check(CLI::Range(1u, 100000u));
+  cmd->add_option("--script-seed", o->script_seed, "Corpus seed of --dialogues (the model trains on seed 0)")
+      ->capture_default_str();
   cmd->callback([o] {
     const std::string path = o->model.empty() ? ensure_preset_model("npc", 0) : o->model;
     ProgressBar bar("loading");
@@ -131,40 +189,39 @@ void add_demo(CLI::App &app) {
     while (!ex.step().idle) {
     }
     const std::uint32_t system_tokens = system.n_decoded();
-    const weft::SamplerParams sampler{.temperature = o->temperature, .top_k = 20, .top_p = 0.9f,
-                                      .repeat_penalty = 1.1f};
+    const weft::SamplerParams sampler{.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p,
+                                      .repeat_penalty = o->repeat_penalty};
+    const bool scripted = o->dialogues > 0;
+    // The grammar speaks the npc corpus's words: another model keeps its freedom.
+    const bool use_grammar = o->grammar && model.meta("weft.preset") == "npc";
+    const auto scripts = scripted ? corpus_scripts(o->script_seed, o->dialogues) : demo_scripts(o->npcs);
     auto reply = [&](Live &n, unsigned i) {
       auto sp = sampler;
       sp.seed = o->seed + i * 7919u + static_cast<unsigned>(n.turn);
+      if (use_grammar) sp.grammar = weft::npc_reply_grammar(n.npc.name, n.npc.role);
       // One NPC line per turn: it ends at the newline, where the player speaks.
       n.gen = n.conv.generate({.max_tokens = o->max_tokens, .sampler = sp, .stop = {"\n"}});
     };
-    std::vector<Live> npcs;
-    for (unsigned i = 0; i < o->npcs; ++i) {
-      const Npc &npc = kNpcs[i];
-      Live n{npc, system.fork(), {}, {npc.opening, kQuestions[i % std::size(kQuestions)],
-                                      fmt::format("Farewell, {}.", npc.name)}};
-      n.transcript = weft::npc_header(npc.name, npc.role);
-      n.conv.prompt(fmt::format("{}Player: {}\n{}:", n.transcript, n.player[0], npc.name));
-      reply(n, i);
-      npcs.push_back(std::move(n));
-    }
     // A finished reply goes into the transcript; the next scripted line is
     // queued and the NPC answers it, in the same steps as everyone else.
     auto advance = [&](Live &n, unsigned i) {
       if (n.finished() || !n.gen.done()) return;
       n.tokens += n.gen.n_tokens();
-      n.transcript += fmt::format("Player: {}\n{}:{}\n", n.player[n.turn], n.npc.name, n.gen.text());
-      if (++n.turn == n.player.size()) return;
-      n.conv.prompt(fmt::format("Player: {}\n{}:", n.player[n.turn], n.npc.name));
+      n.transcript += fmt::format("Player: {}\n{}:{}\n", n.npc.player[n.turn], n.npc.name, n.gen.text());
+      if (++n.turn == n.npc.player.size()) return;
+      n.conv.prompt(fmt::format("Player: {}\n{}:", n.npc.player[n.turn], n.npc.name));
       reply(n, i);
     };
 
-    const bool live = !o->plain && ::isatty(STDOUT_FILENO) != 0;
+    const bool live = !o->plain && !scripted && ::isatty(STDOUT_FILENO) != 0;
     std::size_t drawn_lines = 0;
+    std::vector<Live> npcs;     // the wave in progress
+    std::vector<Live> done_npcs;  // finished waves
     auto generated_tokens = [&] {
       std::size_t g = 0;
-      for (auto &n : npcs) g += n.tokens + (n.finished() ? 0 : n.gen.n_tokens());
+      for (auto *list : {&done_npcs, &npcs}) {
+        for (auto &n : *list) g += n.tokens + (n.finished() ? 0 : n.gen.n_tokens());
+      }
       return g;
     };
     auto draw = [&](bool final) {
@@ -179,51 +236,92 @@ void add_demo(CLI::App &app) {
                          clear, t, s.steps, t > 0 ? static_cast<double>(generated_tokens()) / t : 0.0, s.cells_used,
                          s.n_ctx, done, npcs.size());
       for (auto &n : npcs) {
-        const std::size_t turn = std::min(n.turn + 1, n.player.size());
+        const std::size_t turn = std::min(n.turn + 1, n.npc.player.size());
         const std::string line = n.finished() ? "(farewell)" : n.gen.text();
         out += fmt::format("{}{:>7} {:<10} turn {}/{} {:4} tok  {}\n", clear, n.npc.name, n.npc.role, turn,
-                           n.player.size(), n.tokens + (n.finished() ? 0 : n.gen.n_tokens()), tail_line(line, 56));
+                           n.npc.player.size(), n.tokens + (n.finished() ? 0 : n.gen.n_tokens()), tail_line(line, 56));
       }
       drawn_lines = npcs.size() + 1;
       if (live || final) std::fputs(out.c_str(), stdout);
       std::fflush(stdout);
     };
 
-    auto last_draw = Clock::now();
     std::uint64_t steps = 0;
-    while (std::any_of(npcs.begin(), npcs.end(), [](auto &n) { return !n.finished(); })) {
-      ex.step();
-      ++steps;
-      for (unsigned i = 0; i < npcs.size(); ++i) {
-        auto &n = npcs[i];
-        if (n.first_token_s < 0 && n.gen.n_tokens() > 0) n.first_token_s = secs();
-        advance(n, i);
-        if (n.done_s < 0 && n.finished()) n.done_s = secs();
+    std::size_t private_cells = 0;
+    for (std::size_t first = 0; first < scripts.size(); first += o->npcs) {
+      for (auto &n : npcs) {
+        private_cells += n.conv.n_tokens();
+        n.conv.dispose();
+        done_npcs.push_back(std::move(n));
       }
-      if (live && Clock::now() - last_draw > std::chrono::milliseconds(100)) {
-        draw(false);
-        last_draw = Clock::now();
+      npcs.clear();
+      for (std::size_t k = first; k < std::min(scripts.size(), first + o->npcs); ++k) {
+        const unsigned i = static_cast<unsigned>(k);
+        Live n{scripts[k], system.fork()};
+        n.transcript = weft::npc_header(n.npc.name, n.npc.role);
+        // BOS starts the NPC's dialogue, as it starts every dialogue the model trained on.
+        n.conv.prompt(n.transcript, {.add_bos = true});
+        n.conv.prompt(fmt::format("Player: {}\n{}:", n.npc.player[0], n.npc.name));
+        reply(n, i);
+        npcs.push_back(std::move(n));
       }
-      if (steps > 1000000) break;  // bounded, whatever the model does
+      auto last_draw = Clock::now();
+      while (std::any_of(npcs.begin(), npcs.end(), [](auto &n) { return !n.finished(); })) {
+        ex.step();
+        ++steps;
+        for (unsigned j = 0; j < npcs.size(); ++j) {
+          auto &n = npcs[j];
+          if (n.first_token_s < 0 && n.gen.n_tokens() > 0) n.first_token_s = secs();
+          advance(n, static_cast<unsigned>(first) + j);
+          if (n.done_s < 0 && n.finished()) n.done_s = secs();
+        }
+        if (live && Clock::now() - last_draw > std::chrono::milliseconds(100)) {
+          draw(false);
+          last_draw = Clock::now();
+        }
+        if (steps > 1000000) break;  // bounded, whatever the model does
+      }
     }
     const double total_s = secs();
-    draw(true);
-
+    if (!scripted) draw(true);
+    for (auto &n : npcs) private_cells += n.conv.n_tokens();
     const auto s = ex.stats();
     const std::size_t generated = generated_tokens();
-    std::size_t private_cells = 0;
-    fmt::print("\n{:>7} {:<10} {:>6} {:>9} {:>8}\n", "npc", "role", "tokens", "first(s)", "done(s)");
-    for (auto &n : npcs) {
-      private_cells += n.conv.n_tokens();
-      fmt::print("{:>7} {:<10} {:>6} {:>9.2f} {:>8.2f}\n", n.npc.name, n.npc.role, n.tokens, n.first_token_s, n.done_s);
+    for (auto &n : npcs) done_npcs.push_back(std::move(n));
+
+    std::string all;
+    for (auto &n : done_npcs) all += n.transcript + "\n";
+    if (!scripted) {
+      fmt::print("\n{:>7} {:<10} {:>6} {:>9} {:>8}\n", "npc", "role", "tokens", "first(s)", "done(s)");
+      for (auto &n : done_npcs) {
+        fmt::print("{:>7} {:<10} {:>6} {:>9.2f} {:>8.2f}\n", n.npc.name, n.npc.role, n.tokens, n.first_token_s,
+                   n.done_s);
+      }
+      fmt::print("\n{}", all);
     }
-    fmt::print("\n");
-    for (auto &n : npcs) fmt::print("{}\n", n.transcript);
+    if (!o->transcripts.empty()) {
+      std::ofstream f(o->transcripts, std::ios::binary);
+      f << all;
+      if (!f.flush()) throw weft::Error(weft::Errc::io, fmt::format("could not write '{}'", o->transcripts));
+    }
     fmt::print("{} NPCs, {} tokens generated in {:.1f} s ({:.1f} tok/s), {} steps (p50 {:.1f} ms, p99 {:.1f} ms)\n",
-               npcs.size(), generated, total_s, static_cast<double>(generated) / total_s, s.steps, s.step_ms_p50,
-               s.step_ms_p99);
-    fmt::print("KV cells in use: {} (the {}-token system prompt is shared: {} without forking)\n", s.cells_used,
-               system_tokens, private_cells + system_tokens);
+               done_npcs.size(), generated, total_s, static_cast<double>(generated) / total_s, s.steps,
+               s.step_ms_p50, s.step_ms_p99);
+    if (!scripted) {
+      fmt::print("KV cells in use: {} (the {}-token system prompt is shared: {} without forking)\n", s.cells_used,
+                 system_tokens, private_cells + system_tokens);
+    }
+    if (o->check || scripted || o->model.empty()) {
+      const auto r = weft::check_npc_replies(all);
+      std::size_t shown = 0;
+      for (const auto &v : r.verdicts) {
+        if (v.fits || ++shown > 12) continue;
+        fmt::print("  misfit: {} ({}) to \"{}\": \"{}\" — {}\n", v.npc, v.role, v.player, v.reply,
+                   v.reasons.empty() ? "" : v.reasons.front());
+      }
+      fmt::print("check: {} of {} NPC replies fit the corpus grammar ({:.1f}%) in {} dialogues\n", r.fit, r.replies,
+                 100.0 * r.share(), r.dialogues);
+    }
     fmt::print("model: {} ({})\n", path, model.description());
   });
 }

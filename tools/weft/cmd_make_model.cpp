@@ -14,6 +14,7 @@
 #include "progress.hpp"
 #include "weft/weft.hpp"
 #include "weft/make_model.hpp"
+#include "weft/reply_check.hpp"
 #include "weft/train.hpp"
 
 namespace weft_cli {
@@ -132,11 +133,35 @@ void add_make_model(CLI::App &app) {
 void add_corpus(CLI::App &app) {
   auto params = std::make_shared<weft::CorpusParams>();
   auto out = std::make_shared<std::string>();
-  auto *cmd = app.add_subcommand("corpus", "Print (or write) the generated NPC dialogue the npc preset trains on");
+  auto check = std::make_shared<std::string>();
+  auto min_share = std::make_shared<double>(0.0);
+  auto *cmd = app.add_subcommand("corpus", "Print (or write) the generated NPC dialogue the npc preset trains on, or "
+                                           "check a transcript's NPC replies against its grammar");
   cmd->add_option("--seed", params->seed, "Corpus seed")->capture_default_str();
   cmd->add_option("--bytes", params->target_bytes, "Approximate size")->capture_default_str();
   cmd->add_option("--out", *out, "Write to this file instead of stdout (atomically)");
-  cmd->callback([params, out] {
+  cmd->add_option("--check", *check,
+                  "Judge every NPC reply in this transcript (as `weft demo --transcripts` writes): does it fit the "
+                  "player line, the NPC's name and role, the role's goods and prices?");
+  cmd->add_option("--min-share", *min_share, "With --check: exit 1 when fewer than this share of replies fit")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->callback([params, out, check, min_share] {
+    if (!check->empty()) {
+      const auto r = weft::check_npc_replies_file(*check);
+      for (const auto &v : r.verdicts) {
+        if (v.fits) continue;
+        fmt::print("line {}: {} ({}) to \"{}\": \"{}\"\n", v.line, v.npc, v.role, v.player, v.reply);
+        for (const auto &why : v.reasons) fmt::print("    {}\n", why);
+      }
+      fmt::print("{} of {} NPC replies fit ({:.1f}%) in {} dialogues{}\n", r.fit, r.replies, 100.0 * r.share(),
+                 r.dialogues, r.unjudged > 0 ? fmt::format("; {} not judged (player lines outside the grammar)",
+                                                           r.unjudged) : std::string());
+      if (r.share() < *min_share) {
+        throw weft::Error(weft::Errc::out_of_range, fmt::format("{:.1f}% of replies fit, below --min-share {:.1f}%",
+                                                                100.0 * r.share(), 100.0 * *min_share));
+      }
+      return;
+    }
     const std::string text = weft::make_npc_corpus(*params);
     if (out->empty()) {
       std::fwrite(text.data(), 1, text.size(), stdout);
