@@ -39,14 +39,21 @@ double batch_noise_floor(const weft::Model &m) {
 }
 
 double measure_noise_floor(const weft::Model &m) {
-  static const double floor = [&m] {
+  static const double floor = measure_batch_noise(
+      m, 16, [](llama_context *) {}, [&m](const std::vector<weft::Token> &t) { return reference_logits(m, t); });
+  return floor;
+}
+
+double measure_batch_noise(const weft::Model &m, int scenarios, const std::function<void(llama_context *)> &setup,
+                           const std::function<std::vector<float>(const std::vector<weft::Token> &)> &alone) {
+  {
     double worst = 0;
     std::mt19937 rng(2024);
     // f16 KV rounding turns the tiny differences between kernel paths for
     // different micro-batch widths into occasional ulp flips; they show with
     // token-by-token and odd chunks, so every sequence gets its own chunk size.
     const std::size_t chunk_sizes[] = {1, 1, 2, 3, 5, 8, 13, 16};
-    for (int scenario = 0; scenario < 16; ++scenario) {
+    for (int scenario = 0; scenario < scenarios; ++scenario) {
       const int n_seq = 2 + static_cast<int>(rng() % 7);
       const int n_batch = 8 << (rng() % 5);  // 8..128
       std::vector<std::vector<weft::Token>> seqs;
@@ -62,6 +69,7 @@ double measure_noise_floor(const weft::Model &m) {
       p.n_threads_batch = 2;
       p.no_perf = true;
       llama_context *ctx = llama_init_from_model(m.impl()->model, p);
+      setup(ctx);
       llama_batch batch = llama_batch_init(n_batch, 0, 1);
       std::vector<std::size_t> done(static_cast<std::size_t>(n_seq), 0), chunk(static_cast<std::size_t>(n_seq));
       for (auto &c : chunk) c = chunk_sizes[rng() % std::size(chunk_sizes)];
@@ -99,14 +107,13 @@ double measure_noise_floor(const weft::Model &m) {
       }
       for (int s = 0; s < n_seq; ++s) {
         worst = std::max(worst, nmse(last[static_cast<std::size_t>(s)],
-                                     reference_logits(m, seqs[static_cast<std::size_t>(s)])));
+                                     alone(seqs[static_cast<std::size_t>(s)])));
       }
       llama_batch_free(batch);
       llama_free(ctx);
     }
     return worst;
-  }();
-  return floor;
+  }
 }
 
 }  // namespace weft_test

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <llama.h>
 
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -76,6 +77,11 @@ inline std::vector<weft::Token> random_tokens(std::mt19937 &rng, const weft::Mod
 double batch_noise_floor(const weft::Model &m);
 // The measurement itself (batch_noise_floor caches it across test processes).
 double measure_noise_floor(const weft::Model &m);
+// The same over `scenarios` seeded batches, each context prepared by
+// `setup` (adapters, say) and each sequence compared with `alone` (its
+// logits decoded by itself under the same setup).
+double measure_batch_noise(const weft::Model &m, int scenarios, const std::function<void(llama_context *)> &setup,
+                           const std::function<std::vector<float>(const std::vector<weft::Token> &)> &alone);
 
 // Tolerance for comparing weft's logits with a reference: 8x the measured
 // floor (weft adds no arithmetic of its own), at least 1e-9 when the floor

@@ -110,6 +110,11 @@ namespace Weft
         // Prefix reuse (see ExecutorParams.PrefixCacheCells).
         public long PrefixTokensReused, PrefixHits, PrefixCacheHits, PrefixMisses, PrefixEvictions, CellsSaved;
         public int PrefixCacheCells, PinnedPrefixes;
+        // Adapters: times a step switched the context's adapter setting (each
+        // a llama_decode of its own), and what the cost model has learnt a
+        // switch adds to that decode.
+        public long AdapterSwitches;
+        public double AdapterSwitchMs;
     }
 
     public sealed class WorkerParams
@@ -298,6 +303,7 @@ namespace Weft
                     PrefixCacheHits = (long)s.prefix_cache_hits, PrefixMisses = (long)s.prefix_misses,
                     PrefixEvictions = (long)s.prefix_evictions, CellsSaved = (long)s.cells_saved,
                     PrefixCacheCells = (int)s.prefix_cache_cells, PinnedPrefixes = (int)s.pinned_prefixes,
+                    AdapterSwitches = (long)s.adapter_switches, AdapterSwitchMs = s.adapter_switch_ms,
                 };
             }
         }

@@ -148,6 +148,19 @@ namespace Weft
                 Native.weft_model_meta(Handle, k, buf, cap, out len));
         }
 
+        // A LoRA adapter or control vector for this model (the kind is read
+        // from the file), for Conversation.SetAdapters. Each call loads the
+        // file again. It keeps the model's weights alive: this Model may be
+        // disposed first. Status.NotFound, Corrupt, InvalidArgument (neither
+        // kind, or made for another model).
+        public Adapter LoadAdapter(string path)
+        {
+            if (path == null) throw new ArgumentNullException("path");
+            AdapterHandle h;
+            Native.Check(Native.weft_model_load_adapter(Handle, Native.Utf8z(path), out h));
+            return new Adapter(h);
+        }
+
         internal static uint TextFlags(bool addBos, bool parseSpecial)
         {
             return (addBos ? 1u : 0u) | (parseSpecial ? 2u : 0u);

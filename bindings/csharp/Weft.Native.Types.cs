@@ -72,6 +72,14 @@ namespace Weft
         protected override bool ReleaseHandle() { return Native.weft_conversation_list_free(handle) == Status.Ok; }
     }
 
+    internal sealed class AdapterHandle : WeftHandle
+    {
+        public AdapterHandle() { }
+        // One weft handed over (weft_conversation_adapters' elements): ours to free.
+        public AdapterHandle(IntPtr owned) : base(owned, true) { }
+        protected override bool ReleaseHandle() { return Native.weft_adapter_free(handle) == Status.Ok; }
+    }
+
     // --- Struct mirrors ------------------------------------------------------
 
     [StructLayout(LayoutKind.Sequential)]
@@ -138,6 +146,8 @@ namespace Weft
         public int worker_running;
         public ulong prefix_tokens_reused, prefix_hits, prefix_cache_hits, prefix_misses, prefix_evictions, cells_saved;
         public uint prefix_cache_cells, pinned_prefixes;
+        public ulong adapter_switches;
+        public double adapter_switch_ms;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -177,6 +187,16 @@ namespace Weft
         public UIntPtr n_stop;
         public IntPtr on_token, user_data, user_data_free;
         public uint max_tokens;
+    }
+
+    // An element of weft_conversation_set_adapters' array: each carries its size.
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct AdapterUseNative
+    {
+        public UIntPtr struct_size;
+        public IntPtr adapter;
+        public float scale;
+        public int layer_start, layer_end;
     }
 
     // --- Callback signatures (cdecl, user_data last) -------------------------

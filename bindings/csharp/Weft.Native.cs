@@ -102,6 +102,18 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_conversation_park(ConversationHandle c, out int parked);
         [DllImport(Lib)] public static extern Status weft_conversation_prefetch(ConversationHandle c);
 
+        [DllImport(Lib)] public static extern IntPtr weft_adapter_kind_name(int kind);
+        [DllImport(Lib)] public static extern Status weft_model_load_adapter(ModelHandle model, byte[] path, out AdapterHandle adapter);
+        [DllImport(Lib)] public static extern Status weft_adapter_free(IntPtr adapter);
+        [DllImport(Lib)] public static extern Status weft_adapter_get_kind(AdapterHandle adapter, out int kind);
+        [DllImport(Lib)] public static extern Status weft_adapter_name(AdapterHandle adapter, byte[] buf, UIntPtr capacity, out UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_adapter_path(AdapterHandle adapter, byte[] buf, UIntPtr capacity, out UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_adapter_fingerprint(AdapterHandle adapter, out ulong fingerprint);
+        [DllImport(Lib)] public static extern Status weft_adapter_n_layers(AdapterHandle adapter, out int n);
+        [DllImport(Lib)] public static extern Status weft_adapter_use_init(ref AdapterUseNative use, UIntPtr size);
+        [DllImport(Lib)] public static extern Status weft_conversation_set_adapters(ConversationHandle c, AdapterUseNative[] uses, UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_conversation_adapters(ConversationHandle c, [In, Out] AdapterUseNative[] uses, UIntPtr capacity, out UIntPtr n);
+
         [DllImport(Lib)] public static extern Status weft_generation_free(IntPtr g);
         [DllImport(Lib)] public static extern Status weft_generation_is_done(GenerationHandle g, out int done);
         [DllImport(Lib)] public static extern Status weft_generation_reason(GenerationHandle g, out int reason);

@@ -3,9 +3,10 @@
 // This file: the rules, Status, WeftException, the enums and Library. The
 // rest, one file per concept as the C headers are: Weft.Model.cs,
 // Weft.Executor.cs, Weft.Conversation.cs, Weft.Generation.cs, Weft.State.cs
-// (save/load, SaveAsync, parking).
+// (save/load, SaveAsync, parking), Weft.Adapter.cs (LoRA adapters and
+// control vectors per conversation).
 //
-// Ownership: Model, Executor, Conversation, Generation and the native
+// Ownership: Model, Executor, Conversation, Generation, Adapter and the native
 // memory behind them are IDisposable (SafeHandles underneath, so a forgotten
 // Dispose is cleaned up by the finalizer). They share what they point to, as
 // in C++: disposing an Executor while Conversations are alive is safe (their
@@ -70,6 +71,8 @@ namespace Weft
     public enum EventKind { Token = 0, Finished = 1, Error = 2 }
     // Where a conversation's KV data is: in the cache, or parked.
     public enum Residency { Resident = 0, Ram = 1, Disk = 2, Recompute = 3 }
+    // What an Adapter file holds (Weft.Adapter.cs).
+    public enum AdapterKind { Lora = 0, ControlVector = 1 }
 
     // The library itself: versions and where its log lines go.
     public static class Library

@@ -24,12 +24,14 @@
 #include <exception>
 #include <functional>
 #include <future>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "weft/adapter.hpp"
 #include "weft/error.hpp"
 #include "weft/export.hpp"
 #include "weft/generation.hpp"
@@ -145,6 +147,25 @@ class WEFT_API Conversation {
   // everyone. A conversation waiting behind higher ones rises a level every
   // 8 steps it waits, so none starves (docs/EXECUTOR.md, "Turns"). Default 0.
   void set_priority(int priority);
+
+  // The LoRA adapters and control vectors (with scales, and layer ranges
+  // for control vectors) its tokens decode under from now on — input
+  // already queued but not decoded included; empty = the base model. What
+  // was decoded before keeps the KV its own setting gave (a history may mix
+  // settings; each position is decoded again under its own when it is
+  // recomputed). A step decodes each distinct setting in a llama_decode of
+  // its own (docs/EXECUTOR.md, "Adapters"). fork() inherits the setting;
+  // save()/load() carry it by adapter fingerprint. Never waits for a step.
+  // Throws Errc::invalid_argument for an empty Adapter handle, an adapter
+  // loaded for another Model (load it with this executor's), a scale that is
+  // not finite, a layer range outside [1, n_layer - 1] or set on a LoRA, or
+  // an adapter listed twice; the setting is then unchanged.
+  void set_adapters(std::span<const AdapterUse> adapters);
+  void set_adapters(std::initializer_list<AdapterUse> adapters) {
+    set_adapters(std::span<const AdapterUse>(adapters.begin(), adapters.size()));
+  }
+  // The setting as last set (layer ranges resolved: -1 becomes the layer).
+  std::vector<AdapterUse> adapters() const;
 
   // The last error a step hit for this conversation (decode failure, no KV
   // room under PressurePolicy::fail). While set, its input is held back (not

@@ -236,6 +236,11 @@ struct ExecutorStats {
   std::uint32_t prefix_cache_cells = 0;
   std::uint64_t cells_saved = 0;
   std::uint32_t pinned_prefixes = 0;
+  // Adapters: times a step switched the context's adapter setting (each a
+  // llama_decode of its own, after which llama.cpp re-reserves its graph),
+  // and what the cost model has learnt a switch adds to that decode.
+  std::uint64_t adapter_switches = 0;
+  double adapter_switch_ms = 0;
   bool worker_running = false;
   // Over the last 1024 steps that did work.
   double step_ms_p50 = 0;

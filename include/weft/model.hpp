@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/adapter.hpp"
 #include "weft/types.hpp"
 
 #include "weft/export.hpp"
@@ -64,6 +65,16 @@ class WEFT_API Model {
   // invalid_argument (an empty path, or one naming a directory), corrupt (not
   // a GGUF or unreadable by llama.cpp), cancelled (on_progress returned false).
   static Model load(const ModelParams &params);
+
+  // Loads a LoRA adapter (GGUF, general.type "adapter") or a control vector
+  // (llama.cpp's cvec GGUF: direction.<layer> tensors) for this model, once;
+  // conversations then choose theirs (Conversation::set_adapters). The
+  // kind is read from the file. Throws Error: not_found (no such file),
+  // corrupt (not a GGUF, or a direction tensor that is not 1-D f32),
+  // invalid_argument (neither kind, or one made for another model: another
+  // architecture, width, layer count or tensor shapes — llama.cpp's own
+  // check for LoRA). Thread-safe; each call loads the file again.
+  Adapter load_adapter(const std::string &path) const;
 
   // Text -> tokens. Never throws for any UTF-8 or binary input.
   std::vector<Token> tokenize(std::string_view text, const TokenizeOptions &options = {}) const;

@@ -4,7 +4,8 @@
 // This header includes the whole ABI, one header per concept under weft/c/
 // (each self-contained C99, includable alone): common.h (export macro,
 // basic and handle types, version), errors.h (status codes, last error),
-// log.h, model.h, executor.h (create, step, stats, worker), events.h,
+// log.h, model.h, adapter.h (LoRA adapters and control vectors per
+// conversation), executor.h (create, step, stats, worker), events.h,
 // conversation.h, generation.h, state.h (save/load, save_async, parking).
 //
 // It wraps the C++ API (weft/weft.hpp); the contracts of each operation are
@@ -18,8 +19,8 @@
 // values are unspecified unless documented. No C++ exception crosses this
 // header.
 //
-// Ownership: handles (weft_model, weft_executor, weft_conversation,
-// weft_generation, and the lists and byte buffers calls return) are opaque.
+// Ownership: handles (weft_model, weft_adapter, weft_executor,
+// weft_conversation, weft_generation, and the lists and byte buffers calls return) are opaque.
 // A `weft_x **out` handle belongs to the caller and is released with
 // weft_x_free(), once. Freeing NULL is a no-op;
 // freeing or using a handle that was already freed is detected and refused
@@ -84,5 +85,6 @@
 #include "weft/c/conversation.h"  // weft_conversation_*: prompt, fork, rewind, logits, sampler
 #include "weft/c/generation.h"    // weft_conversation_generate, weft_generation_*
 #include "weft/c/state.h"         // save/load (save_async too), snapshots, residency, parking
+#include "weft/c/adapter.h"       // weft_model_load_adapter, weft_adapter_*, weft_conversation_set_adapters
 
 #endif  // WEFT_WEFT_H

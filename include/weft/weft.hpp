@@ -3,6 +3,7 @@
 // weft_modelgen library (CMake target weft::modelgen).
 #pragma once
 
+#include "weft/adapter.hpp"
 #include "weft/conversation.hpp"
 #include "weft/error.hpp"
 #include "weft/executor.hpp"

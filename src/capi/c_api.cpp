@@ -1,6 +1,7 @@
 // The C ABI, part 1: errors, the handle registry, argument checks, version,
 // logging and the model. Executor: c_api_executor.cpp; conversation and
-// generation: c_api_conversation.cpp; state and residency: c_api_state.cpp.
+// generation: c_api_conversation.cpp; state and residency: c_api_state.cpp;
+// adapters: c_api_adapter.cpp.
 #include <fmt/format.h>
 
 #include <mutex>
@@ -88,6 +89,7 @@ const char *kind_name(Kind kind) noexcept {
     case Kind::event_list: return "weft_event_list";
     case Kind::bytes: return "weft_bytes";
     case Kind::conversation_list: return "weft_conversation_list";
+    case Kind::adapter: return "weft_adapter";
   }
   return "handle";
 }

@@ -233,8 +233,11 @@ weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor
     c.cells_saved = s.cells_saved;
     c.prefix_cache_cells = s.prefix_cache_cells;
     c.pinned_prefixes = s.pinned_prefixes;
+    c.adapter_switches = s.adapter_switches;
+    c.adapter_switch_ms = s.adapter_switch_ms;
     write_struct(out, "weft_executor_stats", c,
-                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, prefix_tokens_reused)});
+                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, adapter_switches),
+                  offsetof(weft_executor_stats, prefix_tokens_reused)});
   });
 }
 

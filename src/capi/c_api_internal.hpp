@@ -106,7 +106,16 @@ weft_status guarded(const char *function, Fn &&body) noexcept {
 // a shared_ptr to the object while it runs, so freeing a handle on one thread
 // while another uses it is safe: the object goes when the last call returns.
 
-enum class Kind : std::uint8_t { model, executor, conversation, generation, event_list, bytes, conversation_list };
+enum class Kind : std::uint8_t {
+  model,
+  executor,
+  conversation,
+  generation,
+  event_list,
+  bytes,
+  conversation_list,
+  adapter,
+};
 
 const char *kind_name(Kind kind) noexcept;
 

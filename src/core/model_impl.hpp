@@ -2,8 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "weft/adapter.hpp"
 #include "weft/model.hpp"
 
 struct llama_model;
@@ -19,6 +23,10 @@ struct Model::Impl {
   std::uint64_t fingerprint = 0;
   // Whether any layer runs on a GPU (flash attention's default follows it).
   bool on_gpu = false;
+  // Adapters loaded for it (Model::load_adapter), for states that name one
+  // by fingerprint. Expired entries are dropped on the next load.
+  mutable std::mutex adapters_mu;
+  mutable std::vector<std::weak_ptr<const Adapter::Impl>> adapters;
 
   Impl() = default;
   Impl(const Impl &) = delete;

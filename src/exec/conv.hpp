@@ -22,6 +22,7 @@
 
 #include "core/sampling.hpp"
 #include "core/token_queue.hpp"
+#include "exec/adapter_spans.hpp"
 #include "kv/kv_manager.hpp"
 #include "weft/executor.hpp"
 
@@ -50,6 +51,7 @@ struct KvIntent {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> erase;  // remove(): shift these out, in order
   std::optional<std::vector<std::uint8_t>> import;       // load(): KV data of the first history.size()
   std::uint32_t import_exact = 0, import_from = 0;       // ...as ConvRecord's kv_exact, kv_from
+  std::uint64_t import_salt = 0;                         // ...decoded under this adapter setting
   bool any() const { return park || copy_from != 0 || !erase.empty() || import.has_value(); }
 };
 
@@ -64,6 +66,10 @@ struct Conv {
   std::shared_ptr<GenState> gen;     // running generation
   bool gen_token_queued = false;     // queue holds exactly the sampled token
   int priority = 0;
+  AdapterConfigPtr adapters;  // the setting new input decodes under (null: none)
+  AdapterSpans spans;         // ...and the one each history position was decoded under
+  // The setting its next queued token decodes under.
+  const AdapterConfigPtr &next_adapters() const { return spans.at(n_decoded(), adapters); }
   std::uint64_t last_served = 0;  // step it last got tokens decoded
   std::uint64_t ready_since = 0;  // step its queue last went from empty to not
   // Its place in the scheduler's turns: since it was served or got new input.

@@ -182,6 +182,8 @@ Conversation Conversation::fork() {
       }
     }
     child->priority = c.priority;
+    child->adapters = c.adapters;
+    child->spans = c.spans;
     child->last_served = c.last_served;
     child->ready_since = core.stats.steps;
     if (c.n_decoded() > 0) {
@@ -217,6 +219,7 @@ void Conversation::rewind(std::uint32_t n) {
       x.bump(c);
     }
     x.truncate_locked(c, c.n_decoded() - (n - from_queue));
+    c.spans.truncate(c.n_decoded() + c.n_queued());
     x.ensure_logits_locked(c);
   });
 }
@@ -234,6 +237,7 @@ void Conversation::remove(std::uint32_t p0, std::uint32_t p1) {
     // it cannot shift or forks share the cells (reconcile.cpp).
     if (p1 == c.n_decoded() || !c.kv.has_slot()) c.has_logits = false;  // the last token went, or parked
     c.history.erase(c.history.begin() + p0, c.history.begin() + p1);
+    c.spans.erase(p0, p1);
     c.intent.erase.emplace_back(p0, p1);
     x.bump(c);
     x.ensure_logits_locked(c);
@@ -332,6 +336,21 @@ void Conversation::set_sampler(const SamplerParams &params) {
     // A step sampling with the old one keeps its own reference to it.
     c.sampler = std::make_shared<detail::Sampler>(std::move(fresh));
     c.sampler_pending = false;
+  });
+}
+
+void Conversation::set_adapters(std::span<const AdapterUse> adapters) {
+  auto &core = detail::core_of(handle_);
+  auto cfg = detail::make_adapter_config(*core.model.impl(), adapters);  // validates outside the lock
+  detail::with_conv(handle_, [&](ExecutorCore &x, Conv &c) {
+    c.adapters = std::move(cfg);
+    if (c.adapters) x.adapters_used = true;
+  });
+}
+
+std::vector<AdapterUse> Conversation::adapters() const {
+  return detail::with_conv(handle_, [](ExecutorCore &, Conv &c) {
+    return c.adapters ? c.adapters->uses : std::vector<AdapterUse>{};
   });
 }
 

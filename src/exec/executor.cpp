@@ -262,6 +262,8 @@ ExecutorStats Executor::stats() const {
   s.prefix_cache_hits = kv.counters().prefix_cache_hits;
   s.prefix_misses = kv.counters().prefix_misses;
   s.prefix_evictions = kv.counters().prefix_evictions;
+  s.adapter_switches = c.stats.adapter_switches;
+  s.adapter_switch_ms = c.cost.switch_seconds() * 1e3;
   s.prefix_cache_cells = kv.cache_cells();
   s.cells_saved = kv.cells_saved();
 

@@ -43,6 +43,7 @@ namespace weft::detail {
 struct StepStats {
   static constexpr std::size_t kWindow = 1024;
   std::uint64_t steps = 0, tokens_decoded = 0, tokens_sampled = 0, decode_failures = 0, deadline_stops = 0;
+  std::uint64_t adapter_switches = 0;
   std::vector<float> step_ms, decode_ms;  // rings of kWindow
   std::size_t pos = 0;
   void record(double step_s, double decode_s);
@@ -57,6 +58,7 @@ struct Segment {
   std::uint32_t start = 0;   // its cache position when planned
   std::uint32_t done = 0;    // decoded so far
   std::uint32_t sliced = 0;  // handed to micro-batches so far
+  AdapterConfigPtr adapters;  // decoded under (null: the base model)
   bool failed = false;
   bool counted = false;  // counted in StepResult::conversations
 };
@@ -124,6 +126,11 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::vector<std::pair<std::size_t, std::size_t>> work_ranges;
   std::vector<SampleJob> sample_jobs;
   std::vector<Token> reuse_want;  // reuse_locked's scratch
+  // The adapter setting the context decodes under now (run.cpp switches it
+  // between a plan's groups), and how many groups this step's plan has.
+  AdapterConfigPtr ctx_adapters;
+  bool adapters_used = false;  // some conversation ever set adapters: groups are looked for
+  std::vector<const AdapterConfig *> group_scratch;
   // Logits copied out of llama.cpp with the lock released, then swapped into
   // their conversations under it (a game call never waits for the copy).
   // Swapping hands the old buffers back here: no allocation in steady state.
@@ -196,6 +203,15 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // Fills `segments`; false when the callback closed the executor.
   bool schedule_locked(const StepBudget &budget, std::chrono::steady_clock::time_point t0, StepResult &result,
                        std::unique_lock<std::mutex> &lock);
+
+  // --- Adapter groups (groups.cpp) ---
+  // Seconds this step's candidates' extra groups add (calls and switches).
+  double group_overhead_locked(double depth);
+  // Orders `segments` by adapter group (stable within one).
+  void group_segments(bool urgent_first);
+  // Switches the context to `cfg` unless it decodes under it already;
+  // returns whether it switched.
+  bool use_adapters(const AdapterConfigPtr &cfg);
 
   // --- Run (run.cpp) ---
   // Decodes the segments (mu held on entry and exit, released around each

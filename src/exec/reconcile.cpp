@@ -119,7 +119,8 @@ void ExecutorCore::reconcile_one(Conv &c) {
   c.intent = {};
   if (intent.import) {
     try {
-      kv->import_kv(c.kv, std::move(*intent.import), c.history, intent.import_exact, intent.import_from, c.id);
+      kv->import_kv(c.kv, std::move(*intent.import), c.history, intent.import_exact, intent.import_from, c.id,
+                    intent.import_salt);
     } catch (const Error &e) {
       // load() returned already: the tokens are kept, decoded again.
       log_warning(fmt::format("conversation {}: {}; re-decoding it from its tokens", c.id, e.what()));

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/internal.hpp"
@@ -46,9 +47,14 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
     if (stack.empty()) {
       const std::size_t begin = parts.size();
       std::uint32_t room = cap;
+      const AdapterConfig *group = nullptr;  // a llama_decode is of one adapter setting
       for (; room > 0 && cursor < segments.size(); ++cursor) {
         Segment &s = segments[cursor];
         if (stale(s)) s.failed = true;
+        if (!s.failed) {
+          if (parts.size() > begin && !same_adapters(group, s.adapters.get())) break;
+          group = s.adapters.get();
+        }
         const std::uint32_t n = s.failed ? 0 : std::min(room, s.n - s.sliced);
         if (n > 0) parts.push_back({static_cast<std::uint32_t>(cursor), n, false, 0});
         s.sliced += n;
@@ -92,6 +98,31 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
     if (live == 0) continue;
 
     kv->make_room(static_cast<std::uint32_t>(b.n_tokens));  // the prefix cache gives way
+    bool switched = false;
+    if (adapters_used) {
+      for (std::size_t i = lo; i < hi && !switched; ++i) {
+        const Segment &s = segments[parts[i].seg];
+        if (s.failed) continue;
+        try {
+          switched = use_adapters(s.adapters);
+        } catch (const Error &e) {
+          // llama.cpp refused the setting: its conversations fail, others go on.
+          for (std::size_t j = lo; j < hi; ++j) {
+            Segment &t = segments[parts[j].seg];
+            if (!t.failed) {
+              t.failed = true;
+              post_error_locked(*t.conv, e);
+              ++result.failed;
+            }
+          }
+        }
+        break;
+      }
+      if (std::all_of(parts.begin() + static_cast<std::ptrdiff_t>(lo), parts.begin() + static_cast<std::ptrdiff_t>(hi),
+                      [&](const Part &p) { return segments[p.seg].failed; })) {
+        continue;
+      }
+    }
     const double used_before = kv->cells_held();  // the cells attention spans, without flash attention
     aborted.store(false, std::memory_order_relaxed);
     // The first micro-batch of a step always completes, so every step makes
@@ -122,8 +153,16 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
     ++result.decode_calls;
 
     if (rc == 0) {
-      cost.observe(static_cast<std::uint32_t>(b.n_tokens),
-                   depth_is_cells ? used_before : depth / static_cast<double>(b.n_tokens), took);
+      const double d = depth_is_cells ? used_before : depth / static_cast<double>(b.n_tokens);
+      double t = took;
+      if (switched) {
+        // The switch's graph reserve ran inside this decode: learnt apart,
+        // so the per-token model stays that of a plain decode.
+        const double before = cost.switch_seconds();
+        cost.observe_switch(took - cost.predict(static_cast<std::uint32_t>(b.n_tokens), d));
+        t = std::max(took - before, took * 0.1);
+      }
+      cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, t);
       for (std::size_t i = lo; i < hi; ++i) {
         if (!segments[parts[i].seg].failed) commit_part(parts[i], result);
       }

@@ -213,6 +213,7 @@ bool ExecutorCore::follows_locked(const Conv &c) const {
   if (n < from + PrefixIndex::kBlock) return false;
   for (const Conv *l : plan_convs) {
     if (l->gen_token_queued || l->n_queued() < 2) continue;  // a leader decodes a prompt
+    if (!same_adapters(l->next_adapters().get(), c.next_adapters().get())) continue;  // its KV would differ
     const std::uint32_t lim = std::min(n, l->n_decoded() + l->n_queued());
     std::uint32_t p = 0;
     while (p < lim && token_at(c, p) == token_at(*l, p)) ++p;
@@ -227,8 +228,11 @@ void ExecutorCore::reuse_locked(Conv &c) {
   const auto queued = c.queue.view();
   want.insert(want.end(), queued.begin(), queued.end());
   // The last input token is decoded in any case: its logits are needed.
-  const auto limit = static_cast<std::uint32_t>(std::min<std::size_t>(want.size() - 1, n_ctx));
-  const std::uint32_t got = kv->reuse(c.kv, want, limit);
+  auto limit = static_cast<std::uint32_t>(std::min<std::size_t>(want.size() - 1, n_ctx));
+  // Only positions of one adapter setting, and a donor's of the same.
+  const AdapterConfigPtr &cfg = c.next_adapters();
+  limit = std::min(limit, c.n_decoded() + c.spans.run(c.n_decoded(), c.n_queued(), c.adapters));
+  const std::uint32_t got = kv->reuse(c.kv, want, limit, adapter_key(cfg.get()));
   if (got == 0) return;
   c.history.insert(c.history.end(), queued.begin(), queued.begin() + got);
   c.queue.pop_front(got);
@@ -279,13 +283,16 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
         ++no_slot;
         continue;
       }
-      candidates.push_back({static_cast<std::uint32_t>(plan_convs.size()), c.n_queued(), room, c.priority,
+      // A segment decodes under one adapter setting: up to the next change.
+      const std::uint32_t queued =
+          adapters_used ? c.spans.run(c.n_decoded(), c.n_queued(), c.adapters) : c.n_queued();
+      candidates.push_back({static_cast<std::uint32_t>(plan_convs.size()), queued, room, c.priority,
                             c.turn_since(), c.gen_token_queued});
       plan_convs.push_back(&c);
-      wanted += std::min(c.n_queued(), room);
+      wanted += std::min(queued, room);
       if (!depth_is_cells) {
         // Attention costs by each token's own position: weigh what each wants.
-        std::uint32_t w = c.gen_token_queued ? 1u : std::min(c.n_queued(), room);
+        std::uint32_t w = c.gen_token_queued ? 1u : std::min(queued, room);
         if (params.max_prompt_chunk != 0) w = std::min(w, params.max_prompt_chunk);
         depth_sum += w * (c.n_decoded() + w / 2.0);
         depth_weight += w;
@@ -298,7 +305,9 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
       const double left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
                           sample_seconds * generating;
       const double depth = depth_is_cells ? kv->cells_held() : depth_weight > 0 ? depth_sum / depth_weight : 0;
-      token_budget = cost.tokens_within(left, depth, token_budget);
+      // Each adapter group is a llama_decode of its own, and each switch
+      // re-reserves llama.cpp's graph: what they cost comes off the budget.
+      token_budget = cost.tokens_within(left - group_overhead_locked(depth), depth, token_budget);
     }
     plan_batch(candidates, {token_budget, kv->cells_free(), params.max_prompt_chunk, stats.steps}, plan);
     const bool pressure = kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted);
@@ -346,7 +355,9 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
   for (const auto &e : plan) {
     Conv &c = *plan_convs[e.index];
     segments.push_back({.conv = &c, .n = e.n_tokens, .epoch = c.epoch, .start = c.n_decoded()});
+    if (adapters_used) segments.back().adapters = c.next_adapters();
   }
+  if (adapters_used) group_segments(budget.deadline.has_value());
   return true;
 }
 

@@ -19,7 +19,7 @@ void ExecutorCore::commit_part(Part &part, StepResult &result) {
   if (stale) {
     kv->commit_stale(c.kv, n);
   } else {
-    kv->commit(c.kv, c.queue.view().first(n));
+    kv->commit(c.kv, c.queue.view().first(n), adapter_key(s.adapters.get()));
   }
   s.done += n;
   result.tokens_decoded += n;
@@ -34,6 +34,7 @@ void ExecutorCore::commit_part(Part &part, StepResult &result) {
     return;
   }
   const auto input = c.queue.view().first(n);
+  c.spans.record(c.n_decoded(), n, s.adapters);
   c.history.insert(c.history.end(), input.begin(), input.end());
   c.queue.pop_front(n);
   if (part.output) {

@@ -74,7 +74,7 @@ void KvManager::sync_index() const {
   for (std::size_t seq = 0; seq < index_from_.size(); ++seq) {
     if (index_from_[seq] == kIndexed) continue;
     if (const KvHandle *h = holders_[seq]) {
-      index_.update(static_cast<int>(seq), std::span(h->tokens).first(h->exact), index_from_[seq]);
+      index_.update(static_cast<int>(seq), std::span(h->tokens).first(h->exact), index_from_[seq], h->salt);
     }
     index_from_[seq] = kIndexed;
   }
@@ -119,7 +119,7 @@ void KvManager::release(KvHandle &h) {
   h.where = Residency::resident;
 }
 
-void KvManager::commit(KvHandle &h, std::span<const Token> tokens) {
+void KvManager::commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt) {
   const std::uint32_t from = h.n();
   // Room for a whole context at once: no reallocation while it generates.
   if (h.tokens.capacity() < h.tokens.size() + tokens.size()) {
@@ -127,7 +127,9 @@ void KvManager::commit(KvHandle &h, std::span<const Token> tokens) {
   }
   ledger_.alloc(static_cast<std::uint32_t>(tokens.size()), h.cells, h.live);
   h.tokens.insert(h.tokens.end(), tokens.begin(), tokens.end());
-  if (h.exact == from) {
+  // Exactness goes on only under the same adapter setting.
+  if (h.exact == from && (from == 0 || h.salt == salt)) {
+    h.salt = salt;
     h.exact = h.n();
     reindex(h, from);
   }
@@ -213,6 +215,7 @@ void KvManager::share_prefix(const KvHandle &src, KvHandle &dst, std::uint32_t n
   dst.cells.assign(shared.begin(), shared.end());
   dst.tokens.assign(src.tokens.begin(), src.tokens.begin() + n);
   dst.exact = std::min(src.exact, n);
+  dst.salt = src.salt;
   reindex(dst, 0);
 }
 
@@ -364,7 +367,7 @@ std::vector<std::uint8_t> KvManager::export_kv(const KvHandle &h) const {
 }
 
 bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::span<const Token> history,
-                          std::uint32_t exact, std::uint32_t from, std::uint64_t conv_id) {
+                          std::uint32_t exact, std::uint32_t from, std::uint64_t conv_id, std::uint64_t salt) {
   const auto n = static_cast<std::uint32_t>(history.size());
   if (n == 0) return true;
   exact = std::min(exact, n);
@@ -372,7 +375,7 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
     const int seq = take_seq(nullptr);
     make_room(n);  // cannot fail: cells_free() counted what the cache gives back
     // What another sequence holds exactly is shared, not kept twice.
-    Donor d = reuse_on() ? find_donor(history.first(std::max(exact, from)), seq) : Donor{};
+    Donor d = reuse_on() ? find_donor(history.first(std::max(exact, from)), seq, salt) : Donor{};
     if (from > 0 && d.n < from) {
       free_seq(seq);
       to_recompute(h, true);
@@ -398,6 +401,7 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
     ledger_.alloc(n - d.n, h.cells, h.live);
     h.tokens.assign(history.begin(), history.end());
     h.exact = exact;
+    h.salt = salt;
     reindex(h, 0);
     h.where = Residency::resident;
     return true;
@@ -409,6 +413,7 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
   // No room now: parked in RAM (or further), restored when it runs.
   set_parked(h, store_.put(std::move(bytes), conv_id), n);
   h.exact = exact;
+  h.salt = salt;
   return true;
 }
 

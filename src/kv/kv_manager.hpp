@@ -48,6 +48,9 @@ struct KvHandle {
   // position 0 gives (a context shift ends it): what it may share. Kept
   // while parked.
   std::uint32_t exact = 0;
+  // The adapter setting (AdapterConfig::key; 0 = none) those exact
+  // positions were decoded under: only the same setting shares them.
+  std::uint64_t salt = 0;
   bool live = true;  // false: a prefix cache entry, reclaimable
   // Where its KV data is. Parked (ram/disk): not in the cache; `parked` holds
   // the KV of its first `parked_n` positions. Recompute: tokens only.
@@ -107,8 +110,9 @@ class KvManager {
   // Drops all of h's KV data and gives its slot back; h becomes empty and
   // resident (nothing decoded).
   void release(KvHandle &h);
-  // `tokens` were decoded into h's next positions: account for them.
-  void commit(KvHandle &h, std::span<const Token> tokens);
+  // `tokens` were decoded into h's next positions, under adapter setting
+  // `salt`: account for them.
+  void commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt = 0);
   // `n` positions were decoded for input that has changed since: accounted
   // for (until reconcile takes them out), never shared.
   void commit_stale(KvHandle &h, std::uint32_t n);
@@ -170,15 +174,17 @@ class KvManager {
   // With from > 0, `bytes` hold positions [from, n) only, and the first
   // `from` must be shared from a sequence that holds them exactly: without
   // one (or without room now) h becomes recompute and false is returned.
+  // `salt`: the adapter setting its exact positions were decoded under.
   bool import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::span<const Token> history, std::uint32_t exact,
-                 std::uint32_t from, std::uint64_t conv_id);
+                 std::uint32_t from, std::uint64_t conv_id, std::uint64_t salt = 0);
   // src's handle moves to dst (dst empty).
   void move(KvHandle &dst, KvHandle &&src);
 
   // Prefix reuse (prefix_cache.cpp). h has a slot and holds want[0, h.n());
   // shares the longest prefix of want[0, limit) that another sequence holds
-  // exactly, beyond h.n(). Returns the positions it gained.
-  std::uint32_t reuse(KvHandle &h, std::span<const Token> want, std::uint32_t limit);
+  // exactly, beyond h.n(), decoded under adapter setting `salt` (as h's
+  // own exact positions must be). Returns the positions it gained.
+  std::uint32_t reuse(KvHandle &h, std::span<const Token> want, std::uint32_t limit, std::uint64_t salt = 0);
   bool reuse_on() const noexcept { return cache_budget_ > 0; }
   // Cells only the prefix cache holds; entries; blocks in the index.
   std::uint32_t cache_cells() const noexcept { return ledger_.reclaimable(); }
@@ -224,7 +230,7 @@ class KvManager {
     const KvHandle *h = nullptr;
     std::uint32_t n = 0;
   };
-  Donor find_donor(std::span<const Token> want, int self) const;
+  Donor find_donor(std::span<const Token> want, int self, std::uint64_t salt) const;
   bool covered(const KvHandle &h, std::uint32_t n) const;
   // h (live, about to let go of its cells) leaves them to a cache entry
   // when they are worth keeping; true when it did (h is then empty).

@@ -19,16 +19,16 @@ std::uint32_t common(std::span<const Token> a, std::span<const Token> b, std::si
 
 }  // namespace
 
-KvManager::Donor KvManager::find_donor(std::span<const Token> want, int self) const {
+KvManager::Donor KvManager::find_donor(std::span<const Token> want, int self, std::uint64_t salt) const {
   Donor best;
   if (!reuse_on() || want.size() < PrefixIndex::kBlock) return best;
   sync_index();
-  const std::uint32_t blocks = index_.lookup(want, scratch_);
+  const std::uint32_t blocks = index_.lookup(want, scratch_, salt);
   // Candidates agree on the hashed blocks; compare on from there, then
   // check the winner whole (a hash collision is then a miss, not a mistake).
   for (int seq : scratch_) {
     const KvHandle *d = holders_[seq];
-    if (seq == self || d == nullptr) continue;
+    if (seq == self || d == nullptr || d->salt != salt) continue;
     const auto held = std::span(d->tokens).first(d->exact);
     const std::uint32_t m = common(want, held, blocks * PrefixIndex::kBlock);
     if (m > best.n) best = {d, m};
@@ -38,15 +38,19 @@ KvManager::Donor KvManager::find_donor(std::span<const Token> want, int self) co
 }
 
 bool KvManager::covered(const KvHandle &h, std::uint32_t n) const {
-  return find_donor(std::span(h.tokens).first(n), h.seq).n >= n;
+  return find_donor(std::span(h.tokens).first(n), h.seq, h.salt).n >= n;
 }
 
-std::uint32_t KvManager::reuse(KvHandle &h, std::span<const Token> want, std::uint32_t limit) {
+std::uint32_t KvManager::reuse(KvHandle &h, std::span<const Token> want, std::uint32_t limit, std::uint64_t salt) {
   const std::uint32_t pos = h.n();
   // After a shift its own cells are not a fresh decode: sharing fresh ones
   // behind them would give what neither path gives.
-  if (!reuse_on() || h.seq < 0 || h.exact != pos || limit < pos + PrefixIndex::kBlock) return 0;
-  const Donor d = find_donor(want.first(limit), h.seq);
+  // Under another adapter setting its KV differs too.
+  if (!reuse_on() || h.seq < 0 || h.exact != pos || (pos > 0 && h.salt != salt) ||
+      limit < pos + PrefixIndex::kBlock) {
+    return 0;
+  }
+  const Donor d = find_donor(want.first(limit), h.seq, salt);
   if (d.n <= pos) {
     ++counters_.prefix_misses;
     return 0;
@@ -58,6 +62,7 @@ std::uint32_t KvManager::reuse(KvHandle &h, std::span<const Token> want, std::ui
   h.cells.insert(h.cells.end(), cells.begin(), cells.end());
   h.tokens.insert(h.tokens.end(), want.begin() + pos, want.begin() + d.n);
   h.exact = d.n;
+  h.salt = salt;
   reindex(h, pos);
   counters_.reused_tokens += d.n - pos;
   ++counters_.prefix_hits;
@@ -84,6 +89,7 @@ bool KvManager::retire(KvHandle &h) {
   e.kv.cells = std::move(h.cells);
   e.kv.tokens = std::move(h.tokens);
   e.kv.exact = h.exact;
+  e.kv.salt = h.salt;
   e.kv.live = false;
   holders_[h.seq] = &e.kv;  // indexed as it was: same sequence, same tokens
   h.seq = -1;
@@ -107,6 +113,7 @@ void KvManager::keep_tail(const KvHandle &h, std::uint32_t pos) {
   ledger_.retain(e.kv.cells, false);
   e.kv.tokens.assign(h.tokens.begin(), h.tokens.begin() + h.exact);
   e.kv.exact = h.exact;
+  e.kv.salt = h.salt;
   reindex(e.kv, 0);
   trim_cache();
 }

@@ -32,7 +32,7 @@ void PrefixIndex::unlink(std::uint64_t hash, int seq) {
   --n_blocks_;
 }
 
-void PrefixIndex::update(int seq, std::span<const Token> tokens, std::uint32_t from) {
+void PrefixIndex::update(int seq, std::span<const Token> tokens, std::uint32_t from, std::uint64_t salt) {
   auto &chain = chains_[seq];
   const std::size_t keep = std::min<std::size_t>(from / kBlock, tokens.size() / kBlock);
   while (chain.size() > keep) {
@@ -40,7 +40,7 @@ void PrefixIndex::update(int seq, std::span<const Token> tokens, std::uint32_t f
     chain.pop_back();
   }
   for (std::size_t b = chain.size(); b < tokens.size() / kBlock; ++b) {
-    const std::uint64_t h = hash_block(b == 0 ? 0 : chain.back(), tokens.subspan(b * kBlock, kBlock));
+    const std::uint64_t h = hash_block(b == 0 ? salt : chain.back(), tokens.subspan(b * kBlock, kBlock));
     chain.push_back(h);
     holders_[h].push_back(seq);
     ++n_blocks_;
@@ -55,9 +55,9 @@ void PrefixIndex::erase(int seq) {
   chains_.erase(it);
 }
 
-std::uint32_t PrefixIndex::lookup(std::span<const Token> tokens, std::vector<int> &out) const {
+std::uint32_t PrefixIndex::lookup(std::span<const Token> tokens, std::vector<int> &out, std::uint64_t salt) const {
   out.clear();
-  std::uint64_t h = 0;
+  std::uint64_t h = salt;
   std::uint32_t blocks = 0;
   for (std::size_t b = 0; (b + 1) * kBlock <= tokens.size(); ++b) {
     h = hash_block(h, tokens.subspan(b * kBlock, kBlock));

@@ -25,13 +25,15 @@ class PrefixIndex {
  public:
   static constexpr std::uint32_t kBlock = 16;
 
-  // `seq` now holds exactly `tokens` as its exact prefix; positions from
-  // `from` on may have changed since its last update.
-  void update(int seq, std::span<const Token> tokens, std::uint32_t from);
+  // `seq` now holds exactly `tokens` as its exact prefix, decoded under the
+  // adapter setting `salt` (0: the base model; chains of different salts
+  // never meet); positions from `from` on may have changed since its last
+  // update (from 0 when its salt changed).
+  void update(int seq, std::span<const Token> tokens, std::uint32_t from, std::uint64_t salt = 0);
   void erase(int seq);
   // Sequences that hold the most whole blocks of `tokens` (at least one),
   // into `out` (cleared first); returns that block count.
-  std::uint32_t lookup(std::span<const Token> tokens, std::vector<int> &out) const;
+  std::uint32_t lookup(std::span<const Token> tokens, std::vector<int> &out, std::uint64_t salt = 0) const;
   // Blocks registered, over all sequences (for tests and stats).
   std::size_t size() const noexcept { return n_blocks_; }
 

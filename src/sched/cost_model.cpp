@@ -34,6 +34,13 @@ CostModel::CostModel() {
   for (int i = 0; i < kDim; ++i) p_[i * kDim + i] = 1e3;
 }
 
+void CostModel::observe_switch(double extra) {
+  if (!std::isfinite(extra)) return;
+  extra = std::max(0.0, extra);
+  switch_s_ = switch_seen_ ? switch_s_ + kRateAlpha * (extra - switch_s_) : extra;
+  switch_seen_ = true;
+}
+
 void CostModel::observe(std::uint32_t tokens, double kv_depth, double seconds) {
   if (tokens == 0 || !std::isfinite(seconds) || seconds < 0) return;
   // Track the 99th percentile of the prediction's error (a stochastic

@@ -44,6 +44,12 @@ class CostModel {
   // with the margin below.
   std::uint32_t tokens_within(double seconds, double kv_depth, std::uint32_t cap) const;
   std::uint64_t samples() const noexcept { return samples_; }
+  // What switching the context's adapter setting adds to the next decode
+  // (llama.cpp re-reserves its graph): a decode right after a switch that
+  // took `extra` seconds more than predicted. Running value, weight 0.3 for
+  // the newest; 0 until a switch was seen.
+  void observe_switch(double extra);
+  double switch_seconds() const noexcept { return switch_s_; }
   // How much longer than predicted a decode of `tokens` may take: a running
   // estimate of the 99th percentile of (actual / predicted) for its size
   // class (under 64 tokens, or not), at least 1. A plan must fit the budget
@@ -68,6 +74,8 @@ class CostModel {
   double seen_cost(std::uint32_t n, double kv_depth) const;
   double line(std::uint32_t tokens, double kv_depth) const;
   std::uint64_t samples_ = 0;
+  double switch_s_ = 0;
+  bool switch_seen_ = false;
   std::array<double, 2> margin_{1.1, 1.25};  // small sizes, large ones
 };
 

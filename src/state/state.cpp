@@ -7,6 +7,7 @@
 #include "exec/executor_core.hpp"
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
+#include "state/state_adapters.hpp"
 #include "state/state_codec.hpp"
 
 namespace weft {
@@ -42,6 +43,7 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
     gr.stream_released = g.stream->released();
     r.gen = std::move(gr);
   }
+  record_adapters(c, r);
   (void)x;
   return r;
 }
@@ -76,7 +78,7 @@ std::uint32_t shared_with_earlier(const Conv &c, std::span<const Conv *const> ea
   const auto mine = std::span(c.kv.tokens).first(std::min<std::uint32_t>(c.kv.exact, c.n_decoded()));
   std::uint32_t best = 0;
   for (const Conv *e : earlier) {
-    if (!e->kv.has_slot()) continue;
+    if (!e->kv.has_slot() || e->kv.salt != c.kv.salt) continue;  // another adapter setting's KV
     const auto theirs = std::span(e->kv.tokens).first(e->kv.exact);
     const auto n = std::min(mine.size(), theirs.size());
     const auto m = static_cast<std::uint32_t>(std::mismatch(mine.begin(), mine.begin() + n, theirs.begin()).first -
@@ -92,15 +94,19 @@ std::uint32_t shared_with_earlier(const Conv &c, std::span<const Conv *const> ea
 // Builds a conversation from a decoded record (under mu). Its KV data goes
 // into the cache now when no step runs (a refusal throws, the executor
 // unchanged), else at the next step boundary.
-Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, std::optional<Sampler> &&gen_sampler) {
+Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, std::optional<Sampler> &&gen_sampler,
+                          ResolvedAdapters &&adapters) {
   if (x.closed) fail(Errc::disposed, "the executor was destroyed");
   // As settle_locked: into the cache at once only when nobody else steps,
   // before the conversation exists, so a refusal leaves nothing behind.
   const auto n = static_cast<std::uint32_t>(r.history.size());
   std::unique_lock<std::mutex> step;
   const bool now = n > 0 && x.claim_boundary(step);
+  // Exact (shareable) only as far as one adapter setting reaches.
+  const std::uint32_t exact = adapters.spans.run(0, r.kv_exact, adapters.current);
+  const std::uint64_t salt = adapter_key(adapters.spans.at(0, adapters.current).get());
   KvHandle kv_now;
-  if (now) x.kv->import_kv(kv_now, std::move(r.kv), r.history, r.kv_exact, r.kv_from, x.convs.next_id);
+  if (now) x.kv->import_kv(kv_now, std::move(r.kv), r.history, exact, r.kv_from, x.convs.next_id, salt);
   auto [c, handle] = x.create_locked();
   c->history = std::move(r.history);
   c->queue.assign(r.queue);
@@ -110,6 +116,9 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
   if (r.sampler_state) c->sampler = std::make_shared<Sampler>(std::move(sampler));
   c->priority = r.priority;
   c->gen_token_queued = r.gen_token_queued;
+  c->adapters = std::move(adapters.current);
+  c->spans = std::move(adapters.spans);
+  x.adapters_used = x.adapters_used || adapters.any;
   if (r.gen) {
     auto g = std::make_shared<GenState>();
     g->params.max_tokens = r.gen->max_tokens;
@@ -128,8 +137,9 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     x.kv->move(c->kv, std::move(kv_now));
   } else if (n > 0) {
     c->intent.import = std::move(r.kv);  // the stepper imports it at its boundary
-    c->intent.import_exact = r.kv_exact;
+    c->intent.import_exact = exact;
     c->intent.import_from = r.kv_from;
+    c->intent.import_salt = salt;
     x.convs.mark_dirty(*c);
   }
   return Conversation(std::move(handle));
@@ -190,6 +200,7 @@ struct Decoded {
   ConvRecord rec;
   Sampler sampler;
   std::optional<Sampler> gen_sampler;
+  ResolvedAdapters adapters;
 };
 
 // Pure decoding and sampler replay: no executor state touched.
@@ -203,7 +214,8 @@ Decoded decode_for(ExecutorCore &x, std::span<const std::uint8_t> bytes) {
     gs.emplace(rec.gen->sampler_state ? Sampler::restore(x.model, *rec.gen->sampler, n_ctx, *rec.gen->sampler_state)
                                       : Sampler(x.model, *rec.gen->sampler, n_ctx));
   }
-  return {std::move(rec), std::move(s), std::move(gs)};
+  auto adapters = resolve_adapters(x, rec);
+  return {std::move(rec), std::move(s), std::move(gs), std::move(adapters)};
 }
 
 }  // namespace
@@ -310,7 +322,8 @@ Conversation Executor::load(std::span<const std::uint8_t> state) {
   Conversation conv;
   {
     std::lock_guard lock(x.mu);
-    conv = detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler));
+    conv = detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler),
+                                std::move(d.adapters));
   }
   x.notify_work();
   return conv;
@@ -354,7 +367,8 @@ std::map<std::uint64_t, Conversation> Executor::load_all(std::span<const std::ui
     std::lock_guard lock(x.mu);
     try {
       for (auto &[id, d] : decoded) {
-        out.emplace(id, detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler)));
+        out.emplace(id, detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler),
+                                             std::move(d.adapters)));
       }
     } catch (...) {
       // All or nothing.

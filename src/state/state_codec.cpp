@@ -228,6 +228,25 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   }
   w.put(r.kv_exact);
   w.put(r.kv_from);
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(r.adapter_settings.size()));
+  for (const auto &setting : r.adapter_settings) {
+    w.put<std::uint32_t>(static_cast<std::uint32_t>(setting.size()));
+    for (const AdapterRecord &a : setting) {
+      w.put(a.fingerprint);
+      w.str(a.name);
+      w.put(a.kind);
+      w.put(a.scale);
+      w.put(a.layer_start);
+      w.put(a.layer_end);
+    }
+  }
+  w.put(r.adapters_current);
+  w.put(r.adapter_end);
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(r.adapter_spans.size()));
+  for (const auto &[start, setting] : r.adapter_spans) {
+    w.put(start);
+    w.put(setting);
+  }
   w.put<std::uint64_t>(r.kv.size());
   w.raw(r.kv.data(), r.kv.size());
   w.put(crc32(w.out));
@@ -290,6 +309,49 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
     if (c.kv_exact > c.history.size() || (c.kv_from > 0 && c.kv_from >= c.history.size())) {
       fail(Errc::corrupt, fmt::format("{}: kv exact {} / kv from {} outside the {} decoded tokens", what, c.kv_exact,
                                       c.kv_from, c.history.size()));
+    }
+  }
+  if (version >= 3) {
+    const auto n_settings = r.count(kMaxAdapterSettings, "adapter setting count");
+    for (std::uint32_t i = 0; i < n_settings; ++i) {
+      auto &setting = c.adapter_settings.emplace_back();
+      const auto n = r.count(kMaxAdaptersPerSetting, "adapter count");
+      for (std::uint32_t j = 0; j < n; ++j) {
+        AdapterRecord a;
+        a.fingerprint = r.get<std::uint64_t>("adapter fingerprint");
+        a.name = r.str("adapter name");
+        a.kind = r.get<std::uint8_t>("adapter kind");
+        a.scale = r.get<float>("adapter scale");
+        a.layer_start = r.get<std::int32_t>("adapter layer start");
+        a.layer_end = r.get<std::int32_t>("adapter layer end");
+        if (a.kind > 1 || !std::isfinite(a.scale)) {
+          fail(Errc::corrupt, fmt::format("{}: adapter '{}' has kind {} / scale {}", what, a.name, a.kind, a.scale));
+        }
+        setting.push_back(std::move(a));
+      }
+    }
+    auto check_index = [&](std::int32_t i, const char *field) {
+      if (i < -1 || i >= static_cast<std::int32_t>(n_settings)) {
+        fail(Errc::corrupt, fmt::format("{}: {} {} is not one of the {} adapter settings", what, field, i, n_settings));
+      }
+      return i;
+    };
+    c.adapters_current = check_index(r.get<std::int32_t>("current adapters"), "current adapters");
+    c.adapter_end = r.get<std::uint32_t>("adapter end");
+    if (c.adapter_end > c.history.size() + c.queue.size()) {
+      fail(Errc::corrupt, fmt::format("{}: adapter spans end at {}, past its {} tokens", what, c.adapter_end,
+                                      c.history.size() + c.queue.size()));
+    }
+    const auto n_spans = r.count(kMaxTokens, "adapter span count");
+    for (std::uint32_t i = 0; i < n_spans; ++i) {
+      const auto start = r.get<std::uint32_t>("adapter span start");
+      const auto setting = check_index(r.get<std::int32_t>("adapter span setting"), "adapter span setting");
+      if (start >= std::max(c.adapter_end, 1u) || (i == 0 && start != 0) ||
+          (i > 0 && start <= c.adapter_spans.back().first)) {
+        fail(Errc::corrupt, fmt::format("{}: adapter span {} starts at {} (out of order or past {})", what, i, start,
+                                        c.adapter_end));
+      }
+      c.adapter_spans.emplace_back(start, setting);
     }
   }
   const auto kv = r.get<std::uint64_t>("kv size");

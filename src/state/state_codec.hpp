@@ -16,13 +16,24 @@
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 2;
+inline constexpr std::uint32_t kStateVersion = 3;
 inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
 // Bounds checked before anything is allocated from a length field.
 inline constexpr std::uint32_t kMaxTokens = 1u << 24;
 inline constexpr std::uint32_t kMaxString = 1u << 20;
 inline constexpr std::uint32_t kMaxStops = 64;
 inline constexpr std::uint64_t kMaxKvBytes = 1ull << 36;
+inline constexpr std::uint32_t kMaxAdapterSettings = 4096;
+inline constexpr std::uint32_t kMaxAdaptersPerSetting = 256;
+
+// One adapter of a setting, named by its file's fingerprint (version 3).
+struct AdapterRecord {
+  std::uint64_t fingerprint = 0;
+  std::string name;  // for error messages
+  std::uint8_t kind = 0;  // AdapterKind
+  float scale = 1.0f;
+  std::int32_t layer_start = -1, layer_end = -1;
+};
 
 struct GenRecord {
   std::uint32_t max_tokens = 0;
@@ -50,6 +61,13 @@ struct ConvRecord {
   // conversation's of the same snapshot, shared on load).
   std::uint32_t kv_exact = 0;
   std::uint32_t kv_from = 0;
+  // Version 3: adapter settings (each a list; empty = the base model), the
+  // current one (-1: none), and which one each position up to adapter_end
+  // was decoded under: (first position, setting index or -1), in order.
+  std::vector<std::vector<AdapterRecord>> adapter_settings;
+  std::int32_t adapters_current = -1;
+  std::uint32_t adapter_end = 0;
+  std::vector<std::pair<std::uint32_t, std::int32_t>> adapter_spans;
 };
 
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab);

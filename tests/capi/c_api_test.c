@@ -195,6 +195,11 @@ int main(int argc, char **argv) {
       {"worker_and_events", test_worker_and_events},
       {"threads", test_threads},
       {"log", test_log},
+      {"adapter_load", test_adapter_load},
+      {"adapter_logits", test_adapter_logits},
+      {"adapter_errors", test_adapter_errors},
+      {"adapter_lifetime", test_adapter_lifetime},
+      {"adapter_state", test_adapter_state},
   };
   size_t i;
   int ran = 0;

@@ -125,5 +125,11 @@ void test_save_async(void);
 void test_save_async_during_step(void);
 /* c_api_test_threads.c */
 void test_threads(void);
+/* c_api_test_adapter.c */
+void test_adapter_load(void);
+void test_adapter_logits(void);
+void test_adapter_errors(void);
+void test_adapter_lifetime(void);
+void test_adapter_state(void);
 
 #endif /* WEFT_C_API_TEST_H */

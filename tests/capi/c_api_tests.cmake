@@ -24,6 +24,7 @@ endforeach()
 add_executable(c_api_test
   capi/c_api_test.c capi/c_api_test_model.c capi/c_api_test_executor.c capi/c_api_test_conversation.c
   capi/c_api_test_generation.c capi/c_api_test_state.c capi/c_api_test_save_async.c capi/c_api_test_threads.c
+  capi/c_api_test_adapter.c
   capi/c_api_header_c99.c ${_weft_c_header_units})
 # Only weft.h: the C program sees none of the C++ headers.
 target_include_directories(c_api_test PRIVATE ${PROJECT_SOURCE_DIR}/include)
@@ -36,8 +37,18 @@ if(WEFT_SANITIZE_FLAGS)
 elseif(WEFT_SANITIZE)
   target_link_options(c_api_test PRIVATE -fsanitize=address,undefined)
 endif()
+# Adapter files beside tiny.gguf for the C and C# tests (tiny-lora.gguf,
+# tiny-cvec.gguf), made by the CLI as a user would.
+foreach(_kind IN ITEMS lora cvec)
+  add_test(NAME make_capi_adapters_${_kind}
+    COMMAND $<TARGET_FILE:weft-cli> make-adapter --base ${WEFT_TEST_MODELS}/tiny.gguf --kind ${_kind} --seed 5 -q
+            --out ${WEFT_TEST_MODELS}/tiny-${_kind}.gguf)
+  set_tests_properties(make_capi_adapters_${_kind} PROPERTIES FIXTURES_SETUP capi_adapters FIXTURES_REQUIRED models
+    TIMEOUT 120)
+endforeach()
+
 add_test(NAME c_api COMMAND c_api_test ${WEFT_TEST_MODELS}/tiny.gguf)
-set_tests_properties(c_api PROPERTIES FIXTURES_REQUIRED models TIMEOUT 300)
+set_tests_properties(c_api PROPERTIES FIXTURES_REQUIRED "models;capi_adapters" TIMEOUT 300)
 
 # libweft.so exports exactly the functions weft.h and its weft/c/*.h
 # declare and needs no C++ runtime, llama.cpp or fmt beside it.

@@ -353,10 +353,10 @@ TEST(State, BadStateIsRefusedAndTheExecutorUnchanged) {
     const auto crc = weft::detail::crc32(std::span(b).first(b.size() - 4));
     std::memcpy(b.data() + b.size() - 4, &crc, 4);
   };
-  auto v3 = good;
-  v3[8] = 3;
-  fix_crc(v3);
-  EXPECT_TRUE(throws_weft(load(v3), Errc::incompatible, "version 3"));
+  auto v4 = good;
+  v4[8] = 4;
+  fix_crc(v4);
+  EXPECT_TRUE(throws_weft(load(v4), Errc::incompatible, "version 4"));
   // Another model.
   const auto other_path = weft_test::temp_dir("other-model") / "other.gguf";
   weft::make_model({.preset = weft::ModelPreset::tiny, .seed = 99, .out = other_path.string()});

@@ -18,6 +18,7 @@ int main(int argc, char **argv) {
     if (verbose) weft::set_log_sink(weft::stderr_log_sink(), weft::LogLevel::info);
   });
   weft_cli::add_make_model(app);
+  weft_cli::add_make_adapter(app);
   weft_cli::add_corpus(app);
   weft_cli::add_info(app);
   weft_cli::add_demo(app);

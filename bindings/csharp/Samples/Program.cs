@@ -26,6 +26,8 @@ namespace Weft.Samples
                 Tuple.Create<string, Action<string>>("save_async", SaveAsyncSample.Run),
                 Tuple.Create<string, Action<string>>("game_loop", GameLoopSample.Run),
                 Tuple.Create<string, Action<string>>("threaded_callbacks", ThreadedCallbacksSample.Run),
+                Tuple.Create<string, Action<string>>("adapters", AdapterSample.Run),
+                Tuple.Create<string, Action<string>>("adapter_checks", AdapterChecksSample.Run),
             };
             int ran = 0;
             foreach (var s in samples)

@@ -166,6 +166,13 @@ typedef struct weft_executor_stats {
   uint64_t cells_saved;
   uint32_t prefix_cache_cells;
   uint32_t pinned_prefixes;
+  // Added with adapters (a smaller struct_size gets the fields before
+  // these; weft/c/adapter.h). Times a step switched the context's adapter
+  // setting (each a llama_decode of its own, after which llama.cpp
+  // re-reserves its graph), and what the cost model has learnt a switch
+  // adds to that decode.
+  uint64_t adapter_switches;
+  double adapter_switch_ms;
 } weft_executor_stats;
 
 // Keeps `tokens` (n_tokens ids) decoded in the cache for prefix reuse until

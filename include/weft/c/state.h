@@ -62,8 +62,10 @@ WEFT_C_API weft_status weft_conversation_save_async(const weft_conversation *con
 // are free, else parked. WEFT_ERR_CORRUPT (damaged, version field included),
 // WEFT_ERR_INCOMPATIBLE (another model, or an intact state of another format
 // version), WEFT_ERR_OUT_OF_RANGE (longer than this n_ctx), WEFT_ERR_NOT_FOUND
-// / WEFT_ERR_INVALID_ARGUMENT / WEFT_ERR_IO (files: missing, a directory,
-// unreadable); the executor is then unchanged. Never waits for a running
+// (an adapter it was decoded under is not loaded for this model:
+// weft_model_load_adapter it first; or, for files, missing) /
+// WEFT_ERR_INVALID_ARGUMENT / WEFT_ERR_IO (files: a directory, unreadable);
+// the executor is then unchanged. Never waits for a running
 // step: the KV data goes into the cache at once when nobody else steps (a
 // refusal by llama.cpp then fails the call), else at the stepper's next
 // boundary (a refusal then means its tokens are decoded again instead).

@@ -11,5 +11,6 @@ void add_bench_frame(CLI::App &bench);
 void add_bench_spill(CLI::App &bench);
 void add_bench_main_thread(CLI::App &bench);
 void add_bench_prefix(CLI::App &bench);
+void add_bench_adapters(CLI::App &bench);
 
 }  // namespace weft_cli

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include "model_cache.hpp"
+#include "weft/make_adapter.hpp"
 #include "progress.hpp"
 
 namespace weft_cli::bench {
@@ -92,5 +95,27 @@ std::int64_t now_ns() {
 }
 
 double seconds_since(std::int64_t t0_ns) { return static_cast<double>(now_ns() - t0_ns) * 1e-9; }
+
+BenchLoras::BenchLoras(const weft::Model &model, const std::string &path, unsigned n, unsigned rank) {
+  namespace fs = std::filesystem;
+  dir = (fs::temp_directory_path() / fmt::format("weft-bench-loras-{}", ::getpid())).string();
+  fs::create_directories(dir);
+  try {
+    for (unsigned k = 0; k < n; ++k) {
+      files.push_back((fs::path(dir) / fmt::format("lora-{}.gguf", k)).string());
+      weft::make_adapter({.base = path, .out = files.back(), .seed = 100 + k, .rank = static_cast<int>(rank)});
+      adapters.push_back(model.load_adapter(files.back()));
+    }
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    throw;
+  }
+}
+
+BenchLoras::~BenchLoras() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
 
 }  // namespace weft_cli::bench

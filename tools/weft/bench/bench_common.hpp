@@ -40,6 +40,18 @@ bool cpu_has_amx();
 // Writes `doc` pretty-printed; throws weft::Error(io) naming the path.
 void write_json(const std::string &path, const nlohmann::json &doc);
 
+// `n` seeded LoRAs (weft::make_adapter, seeds 100..) for the model at
+// `path`, in a private temp directory removed with the object, and loaded.
+struct BenchLoras {
+  std::string dir;
+  std::vector<std::string> files;
+  std::vector<weft::Adapter> adapters;
+  BenchLoras(const weft::Model &model, const std::string &path, unsigned n, unsigned rank);
+  ~BenchLoras();
+  BenchLoras(const BenchLoras &) = delete;
+  BenchLoras &operator=(const BenchLoras &) = delete;
+};
+
 // Seconds since `t0` on the steady clock.
 double seconds_since(std::int64_t t0_ns);
 std::int64_t now_ns();

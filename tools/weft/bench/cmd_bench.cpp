@@ -15,6 +15,7 @@ void add_bench(CLI::App &app) {
   add_bench_spill(*bench);
   add_bench_main_thread(*bench);
   add_bench_prefix(*bench);
+  add_bench_adapters(*bench);
 }
 
 }  // namespace weft_cli

@@ -34,7 +34,9 @@ struct Opts {
   unsigned conversations = 8, frames = 300, arrive_every = 30, arrival_tokens = 256, seed = 1;
   unsigned ctx = 0, batch = 512, ubatch = 0;
   unsigned grace_frames = 30;  // half a second at 60 fps
+  unsigned adapter_groups = 0;  // LoRAs the NPCs and arrivals spread over (0: none)
   int threads = 0;
+  std::unique_ptr<bench::BenchLoras> loras;
 };
 
 struct RunResult {
@@ -89,8 +91,13 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms) {
   auto w = ex.create();
   w.prompt(bench::random_tokens(rng, 64, n_vocab));
   std::vector<weft::Conversation> talkers;
+  // Adapter groups: NPC i (and arrival k) under LoRA i (k) mod groups.
+  auto adapt = [&o](weft::Conversation &c, unsigned i) {
+    if (o.adapter_groups > 0) c.set_adapters({{o.loras->adapters[i % o.adapter_groups]}});
+  };
   for (unsigned i = 0; i < o.conversations; ++i) {
     talkers.push_back(ex.create());
+    adapt(talkers.back(), i);
     talkers.back().prompt(bench::random_tokens(rng, 32, n_vocab));
   }
   while (!ex.step().idle) {}
@@ -110,6 +117,7 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms) {
   for (unsigned f = 0; f < o.frames; ++f) {
     if (f % o.arrive_every == 0) {
       auto c = ex.create();
+      adapt(c, r.arrivals);
       c.prompt(bench::random_tokens(rng, o.arrival_tokens, n_vocab));
       auto g = c.generate({.max_tokens = 16});  // a short reply to the new prompt
       arriving.push_back({std::move(c), std::move(g), f});
@@ -303,15 +311,19 @@ void print_row(const nlohmann::json &j) {
   std::fflush(stdout);
 }
 
-void run(Opts o) {
+void run(Opts &o) {
   const std::string path = bench::model_path(o.model);
   auto model = bench::load_model(path);
   if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.adapter_groups > 0) o.loras = std::make_unique<bench::BenchLoras>(model, path, o.adapter_groups, 8);
 
   fmt::print("\nweft bench frame: model {}, {} NPCs generating (their prompts decoded before the first frame), "
              "a {}-token prompt arriving every {} frames asking for a 16-token reply, {} frames, n_threads = {}, "
-             "load average {:.2f}\n",
+             "{}, load average {:.2f}\n",
              path, o.conversations, o.arrival_tokens, o.arrive_every, o.frames, o.threads,
+             o.adapter_groups == 0 ? std::string("no adapters")
+                                   : fmt::format("{} LoRA groups (rank 8; NPC i under LoRA i mod {})",
+                                                 o.adapter_groups, o.adapter_groups),
              bench::load_average_1min());
   fmt::print("frames run back to back: a frame is one step plus the bench's bookkeeping, with no sleep for the "
              "rest of the frame; wall tok/s is tokens decoded over the whole run's wall time\n\n");
@@ -354,6 +366,7 @@ void run(Opts o) {
                                {"grace_frames", o.grace_frames},
                                {"frames_back_to_back", true},
                                {"n_threads", o.threads},
+                               {"adapter_groups", o.adapter_groups},
                                {"machine", bench::machine_info()},
                                {"one_token_step_ms", floor_ms},
                                {"unbudgeted", base_row},
@@ -392,6 +405,10 @@ void add_bench_frame(CLI::App &bench) {
   cmd->add_option("--ubatch", o->ubatch, "n_ubatch (0 = n_batch); the deadline is checked between micro-batches")
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->check(CLI::Range(0, 1024))->capture_default_str();
+  cmd->add_option("--adapter-groups", o->adapter_groups,
+                  "Spread the NPCs and arrivals over this many random LoRAs (0 = none)")
+      ->check(CLI::Range(0u, 16u))
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the random prompt tokens")->capture_default_str();
   cmd->add_option("--json", o->json, "Also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
