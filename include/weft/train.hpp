@@ -54,7 +54,7 @@ struct TrainParams {
   int n_ff = 384;           // default 384
   int n_ctx = 256;          // training window in tokens; default 256 (a multiple of 256: llama.cpp pads contexts)
   int n_batch = 32;         // tokens per optimizer step; default 32; divides n_ctx
-  int epochs = 2;           // default 2
+  int epochs = 6;           // default 6
   float lr = 2e-4f;         // peak AdamW learning rate; default 2e-4
   float lr_min = 2e-5f;     // end of the cosine decay; default 2e-5
   int warmup_steps = 50;    // linear warm-up, in optimizer steps; default 50
