@@ -131,6 +131,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   AdapterConfigPtr ctx_adapters;
   bool adapters_used = false;  // some conversation ever set adapters: groups are looked for
   std::vector<const AdapterConfig *> group_scratch;
+  std::vector<std::size_t> group_index;          // replan: each plan_convs entry's group
+  std::vector<PlanCandidate> group_candidates;   // replan: those of the groups kept
   // Logits copied out of llama.cpp with the lock released, then swapped into
   // their conversations under it (a game call never waits for the copy).
   // Swapping hands the old buffers back here: no allocation in steady state.
@@ -205,8 +207,12 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
                        std::unique_lock<std::mutex> &lock);
 
   // --- Adapter groups (groups.cpp) ---
-  // Seconds this step's candidates' extra groups add (calls and switches).
-  double group_overhead_locked(double depth);
+  // Seconds the extra adapter groups add (their calls and switches): of
+  // every candidate of this step, or of those `in_plan`.
+  double group_overhead_locked(double depth, const std::vector<PlanEntry> *in_plan = nullptr);
+  // After plan_batch under a time budget with several adapter groups:
+  // plans for the most urgent groups the budget serves best (groups.cpp).
+  void replan_for_groups_locked(double left, double depth, std::uint32_t &token_budget, std::uint64_t wanted);
   // Orders `segments` by adapter group (stable within one).
   void group_segments(bool urgent_first);
   // Switches the context to `cfg` unless it decodes under it already;

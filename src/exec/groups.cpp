@@ -22,11 +22,15 @@ std::size_t group_of(std::vector<const AdapterConfig *> &groups, const AdapterCo
 
 }  // namespace
 
-double ExecutorCore::group_overhead_locked(double depth) {
+double ExecutorCore::group_overhead_locked(double depth, const std::vector<PlanEntry> *in_plan) {
   if (!adapters_used) return 0;
   auto &groups = group_scratch;
   groups.clear();
-  for (const Conv *c : plan_convs) group_of(groups, c->next_adapters().get());
+  if (in_plan != nullptr) {
+    for (const PlanEntry &e : *in_plan) group_of(groups, plan_convs[e.index]->next_adapters().get());
+  } else {
+    for (const Conv *c : plan_convs) group_of(groups, c->next_adapters().get());
+  }
   if (groups.size() <= 1 && (groups.empty() || same_adapters(groups[0], ctx_adapters.get()))) return 0;
   const bool current = std::any_of(groups.begin(), groups.end(),
                                    [&](const AdapterConfig *g) { return same_adapters(g, ctx_adapters.get()); });
@@ -34,6 +38,55 @@ double ExecutorCore::group_overhead_locked(double depth) {
   const double per_call = cost.predict(1, depth) * cost.margin(1);
   const auto switches = static_cast<double>(groups.size() - (current ? 1 : 0));
   return static_cast<double>(groups.size() - 1) * per_call + switches * cost.switch_seconds();
+}
+
+void ExecutorCore::replan_for_groups_locked(double left, double depth, std::uint32_t &token_budget,
+                                            std::uint64_t wanted) {
+  // The budget was cut for every candidate's group, and plan_batch spreads
+  // its tokens over groups by rank: under a tight budget that is one token a
+  // step. Instead take the groups in the order of their most urgent
+  // candidate (plan_batch left `candidates` in rank order) and plan for as
+  // many of them as serve the most tokens: groups left out rise in rank and
+  // lead the next step, so every group still takes its turn.
+  if (kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted)) return;  // the pressure path decides
+  auto &order = group_scratch;
+  order.clear();
+  auto &member = group_index;
+  member.assign(plan_convs.size(), 0);
+  for (const PlanCandidate &c : candidates) member[c.index] = group_of(order, plan_convs[c.index]->next_adapters().get());
+  const std::size_t n_groups = order.size();
+  if (n_groups < 2) return;
+  const double per_call = cost.predict(1, depth) * cost.margin(1);
+  std::size_t best_k = 0;
+  std::uint32_t best_tokens = 0, best_served = 0;
+  std::uint64_t cap_sum = 0;
+  bool has_current = false;
+  for (std::size_t k = 1; k <= n_groups; ++k) {
+    for (const PlanCandidate &c : candidates) {
+      if (member[c.index] != k - 1) continue;
+      std::uint32_t cap = c.generating ? 1u : std::min(c.queued, c.room);
+      if (!c.generating && params.max_prompt_chunk != 0) cap = std::min(cap, params.max_prompt_chunk);
+      cap_sum += cap;
+    }
+    has_current = has_current || same_adapters(order[k - 1], ctx_adapters.get());
+    const double overhead = static_cast<double>(k - 1) * per_call +
+                            static_cast<double>(k - (has_current ? 1 : 0)) * cost.switch_seconds();
+    const std::uint32_t tokens = cost.tokens_within(left - overhead, depth, params.n_batch);
+    const auto served = static_cast<std::uint32_t>(std::min<std::uint64_t>(tokens, cap_sum));
+    if (served >= best_served) {  // ties: more groups
+      best_k = k;
+      best_tokens = tokens;
+      best_served = served;
+    }
+  }
+  if (best_k == n_groups && best_tokens <= token_budget) return;  // the plan made stands
+  auto &kept = group_candidates;
+  kept.clear();
+  for (const PlanCandidate &c : candidates) {
+    if (member[c.index] < best_k) kept.push_back(c);
+  }
+  token_budget = std::min(best_tokens, params.n_batch);
+  plan_batch(kept, {token_budget, kv->cells_free(), params.max_prompt_chunk, stats.steps}, plan);
 }
 
 void ExecutorCore::group_segments(bool urgent_first) {

@@ -300,16 +300,18 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
       generating += c.gen ? 1u : 0u;
     }
     std::uint32_t token_budget = budget.max_tokens.value_or(params.n_batch);
+    double left = 0, depth = 0;
     if (budget.max_time && !candidates.empty()) {
       // What is left of the budget, less the sampling that follows the decode.
-      const double left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
-                          sample_seconds * generating;
-      const double depth = depth_is_cells ? kv->cells_held() : depth_weight > 0 ? depth_sum / depth_weight : 0;
+      left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
+             sample_seconds * generating;
+      depth = depth_is_cells ? kv->cells_held() : depth_weight > 0 ? depth_sum / depth_weight : 0;
       // Each adapter group is a llama_decode of its own, and each switch
       // re-reserves llama.cpp's graph: what they cost comes off the budget.
       token_budget = cost.tokens_within(left - group_overhead_locked(depth), depth, token_budget);
     }
     plan_batch(candidates, {token_budget, kv->cells_free(), params.max_prompt_chunk, stats.steps}, plan);
+    if (budget.max_time && adapters_used && !plan.empty()) replan_for_groups_locked(left, depth, token_budget, wanted);
     const bool pressure = kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted);
     result.blocked = no_slot + held_back;
     if (!pressure) break;

@@ -69,23 +69,8 @@ constexpr double kLoraGain = 6.0;
 constexpr double kCvecGain = 1.5;
 constexpr int kProbeTokens = 32;
 
-// Same scheme as make_model: one splitmix64 stream per tensor, seeded by
-// hash(seed, name), so the bytes do not depend on the order of writing.
-std::uint64_t hash_name(std::uint64_t seed, const std::string &name) {
-  std::uint64_t h = 1469598103934665603ull ^ seed;
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-void fill_normal(std::vector<float> &v, std::uint64_t seed, const std::string &name, double std) {
-  Rng rng{hash_name(seed, name)};
-  for (std::size_t i = 0; i < v.size(); i += 2) {
-    const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
-    const double t = 2.0 * M_PI * rng.uniform();
-    v[i] = static_cast<float>(r * std::cos(t) * std);
-    if (i + 1 < v.size()) v[i + 1] = static_cast<float>(r * std::sin(t) * std);
-  }
-}
+// Same scheme as make_model: one splitmix64 stream per tensor.
+using detail::fill_normal;
 
 // An integer key of any integer type; -1 when absent or not an integer
 // (gguf_get_val_* abort on a type mismatch, so the type is checked first).

@@ -31,24 +31,8 @@ namespace {
 
 using detail::GgmlPtr;
 using detail::GgufPtr;
-using Rng = detail::SplitMix64;
 
-std::uint64_t hash_name(std::uint64_t seed, const char *name) {
-  std::uint64_t h = 1469598103934665603ull ^ seed;
-  for (const char *p = name; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
-  return h;
-}
-
-// Each tensor has its own stream, so the data does not depend on write order.
-void fill_normal(std::vector<float> &v, std::uint64_t seed, const char *name, float std) {
-  Rng rng{hash_name(seed, name)};
-  for (std::size_t i = 0; i < v.size(); i += 2) {
-    const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
-    const double t = 2.0 * M_PI * rng.uniform();
-    v[i] = static_cast<float>(r * std::cos(t) * std);
-    if (i + 1 < v.size()) v[i + 1] = static_cast<float>(r * std::sin(t) * std);
-  }
-}
+using detail::fill_normal;
 
 ggml_type to_ggml(WeightType t) {
   switch (t) {

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -447,6 +448,40 @@ std::uint32_t longest_wait(std::size_t groups) {
 }
 
 }  // namespace
+
+TEST(Adapters, GroupsTakeTurnsUnderATightTimeBudget) {
+  // A time budget that holds a group or two a step (each costs a call and a
+  // switch): the step serves the most urgent groups, the others lead the
+  // next step, so every conversation keeps progressing.
+  weft::Executor ex(deep(), params());
+  const auto s = settings(deep());
+  std::mt19937 rng(9);
+  std::vector<weft::Conversation> convs;
+  std::vector<weft::Generation> gens;
+  for (std::size_t i = 0; i < 8; ++i) {
+    convs.push_back(ex.create());
+    convs.back().set_adapters(s.uses[1 + i % 4]);
+    convs.back().prompt(weft_test::random_tokens(rng, deep(), 8, true));
+  }
+  weft_test::run_until_idle(ex);
+  for (auto &c : convs) gens.push_back(c.generate({.max_tokens = 10}));
+  std::vector<std::uint32_t> tokens(8, 0), since(8, 0);
+  std::uint32_t worst = 0, step = 0;
+  for (step = 1; step <= 2000; ++step) {
+    ex.step({.max_time = std::chrono::microseconds(300)});
+    for (std::size_t i = 0; i < 8; ++i) {
+      const auto n = static_cast<std::uint32_t>(gens[i].result().tokens.size());
+      if (n != tokens[i] || gens[i].done()) since[i] = step;
+      tokens[i] = n;
+      worst = std::max(worst, step - since[i]);
+    }
+    if (std::all_of(gens.begin(), gens.end(), [](auto &g) { return g.done(); })) break;
+  }
+  std::printf("time budget: done in %u steps, longest wait between tokens %u steps\n", step, worst);
+  for (auto &g : gens) EXPECT_TRUE(g.done());
+  // Four groups, at least one served a step, each waiting its turn.
+  EXPECT_LE(worst, 16u);
+}
 
 TEST(Adapters, GroupsTakeTurnsUnderATightBudget) {
   // No group starves: with four settings each conversation waits no longer

@@ -44,6 +44,8 @@ struct RunResult {
   double busy_s = 0;  // summed step wall time
   double wall_s = 0;  // first frame start to last frame end (steps plus the bench's bookkeeping)
   std::uint64_t tokens_decoded = 0, tokens_sampled = 0, deadline_hits = 0;
+  std::uint64_t adapter_switches = 0;  // with --adapter-groups
+  double adapter_switch_ms = 0;
   // What a player sees.
   std::vector<std::uint64_t> npc_tokens;  // sampled per NPC over the run
   unsigned npc_longest_wait = 0;          // frames in a row some NPC sampled nothing
@@ -178,6 +180,9 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms) {
     });
   }
   r.wall_s = std::chrono::duration<double>(steady_clock::now() - run_start).count();
+  const auto st = ex.stats();
+  r.adapter_switches = st.adapter_switches;
+  r.adapter_switch_ms = st.adapter_switch_ms;
   for (const auto &a : arriving) close_arrival(r, a);
   return r;
 }
@@ -240,6 +245,8 @@ nlohmann::json row_json(double budget_ms, const RunResult &r, const Baseline &ba
                    {"tokens_decoded", r.tokens_decoded},
                    {"tokens_sampled", r.tokens_sampled},
                    {"deadline_hits", r.deadline_hits},
+                   {"adapter_switches", r.adapter_switches},
+                   {"adapter_switch_ms", r.adapter_switch_ms},
                    {"busy_s", r.busy_s},
                    {"wall_s", r.wall_s},
                    {"busy_tokens_per_s", busy_tps},
@@ -355,6 +362,13 @@ void run(Opts &o) {
       "progress: every NPC sampled at least one token, and no arrival went G = {} frames from arriving without any "
       "of its tokens decoded (one arriving in the last G frames cannot miss).\n",
       floor_ms, o.grace_frames);
+  if (o.adapter_groups > 0) {
+    fmt::print("adapter switches per run (unbudgeted, then each budget):");
+    fmt::print(" {}", base_row["adapter_switches"].get<std::uint64_t>());
+    for (const auto &j : rows) fmt::print(" {}", j["adapter_switches"].get<std::uint64_t>());
+    fmt::print("; what a switch adds to a decode, as the cost model learnt it: {:.2f} ms\n",
+               rows.empty() ? base_row["adapter_switch_ms"].get<double>() : rows.back()["adapter_switch_ms"].get<double>());
+  }
   if (!o.json.empty()) {
     bench::write_json(o.json, {{"bench", "frame"},
                                {"model", path},
