@@ -56,6 +56,18 @@ void add_serve(CLI::App &app) {
       ->capture_default_str()->check(CLI::Range(1u, 65536u));
   cmd->add_option("--shutdown-grace", o->shutdown_grace_s, "Seconds running generations may finish on SIGTERM")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--store", o->store,
+                  "Where conversations are written after each turn and loaded by any node: dir:///path or "
+                  "redis://host[:port][/db] (default: none, nothing written; docs/DEPLOYING.md)");
+  cmd->add_option("--node-id", o->node_id,
+                  "This node's name in the store, 1-40 of A-Z a-z 0-9 _ - (default: <hostname>-<pid>)");
+  cmd->add_option("--lease-seconds", o->lease_seconds,
+                  "How long a node's advance lease on a conversation lasts unrenewed (a dead node's turn "
+                  "blocks others this long)")
+      ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--store-max-bytes", o->store_max_bytes,
+                  "Largest conversation state the store takes (larger: 507 state_too_large)")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 36));
   cmd->callback([o] {
     // SIGINT/SIGTERM are taken by sigtimedwait below: blocked here, before
     // any thread starts, so every thread inherits the mask.
@@ -72,6 +84,8 @@ void add_serve(CLI::App &app) {
     const auto &c = server.context();
     fmt::print("weft serve: model {} ({}), {} KV cells, {} slots\n", c.model_name, c.model.description(), c.n_ctx(),
                o->parallel);
+    if (!o->store.empty())
+      fmt::print("weft serve: node {}, state store {}\n", c.cluster->node_id(), o->store);
     fmt::print("weft serve: listening on http://{}:{}\n", o->host, port);
     std::fflush(stdout);
     int sig = 0;

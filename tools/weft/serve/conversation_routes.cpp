@@ -40,6 +40,18 @@ Json conversation_json(ServeContext &ctx, ConvEntry &e, bool with_tokens) {
 
 std::string id_of(const httplib::Request &req) { return req.path_params.at("id"); }
 
+// This node's conversation, else the store's (--store).
+std::shared_ptr<ConvEntry> find_conv(ServeContext &ctx, const std::string &id) { return ctx.cluster->find(id); }
+
+// A turn that throws before it is written gives its lease back.
+struct TurnGuard {
+  Cluster &cluster;
+  std::shared_ptr<Turn> turn;
+  ~TurnGuard() {
+    if (turn) cluster.abandon(*turn);
+  }
+};
+
 Json optional_body(const httplib::Request &req) {
   if (req.body.empty()) return Json::object();
   return parse_body(req);
@@ -62,25 +74,41 @@ void create(ServeContext &ctx, const httplib::Request &req, httplib::Response &r
   } else if (const Json *v = optional_field(body, "prefix", Json::value_t::string, "a string")) {
     prefix = v->get<std::string>();
   }
+  if (id.empty()) id = ctx.cluster->new_id();
   auto entry = ctx.registry.add(ctx.ex->create(), "conversation", id);
+  Json stored;
   try {
     if (!prefix.empty()) {
       entry->conv.prompt(prefix, {.add_bos = ctx.model.bos() >= 0, .parse_special = special});
       ctx.stepper->wake();
     }
+    stored = ctx.cluster->publish(*entry);
   } catch (const weft::Error &e) {
     ctx.registry.remove(entry->id);
     if (e.code() == weft::Errc::out_of_range)
       throw ApiError(400, "invalid_request_error", "context_length_exceeded", e.what(), "prefix");
     throw;
+  } catch (...) {
+    ctx.registry.remove(entry->id);
+    throw;
   }
-  send_json(res, conversation_json(ctx, *entry, false), 201);
+  Json j = conversation_json(ctx, *entry, false);
+  if (!stored.is_null()) j["store"] = stored;
+  send_json(res, j, 201);
 }
 
 void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response &res) {
   refuse_when_draining(ctx);
-  auto entry = ctx.registry.get(id_of(req));
   const Json body = parse_body(req);
+  // With a store: the lease, and the store's copy when it is newer.
+  std::optional<std::uint64_t> if_version;
+  if (const auto it = body.find("if_version"); it != body.end()) {
+    if (!it->is_number_unsigned()) throw bad_param("if_version", "'if_version' must be a non-negative integer", "invalid_type");
+    if_version = it->get<std::uint64_t>();
+  }
+  auto turn = std::make_shared<Turn>(ctx.cluster->begin_turn(id_of(req), if_version));
+  TurnGuard guard{*ctx.cluster, turn};
+  auto entry = turn->entry;
   std::string content;
   if (const Json *v = optional_field(body, "content", Json::value_t::string, "a string")) content = v->get<std::string>();
   bool special = false;
@@ -113,16 +141,29 @@ void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response 
       const auto &e = events.front()["error"];
       throw ApiError(o.end == RunEnd::timeout ? 504 : 503, e["type"], e["code"], e["message"]);
     }
-    send_json(res, final_json(o));
+    Json j = final_json(o);
+    if (const Json stored = ctx.cluster->commit(*turn); !stored.is_null()) j["store"] = stored;
+    send_json(res, j);
     return;
   }
+  // The stream owns the turn now: written at its end, given back by its cleanup.
+  guard.turn = nullptr;
+  Cluster *cluster = ctx.cluster.get();
   stream_run(res, run,
              SseCallbacks{.begin = nullptr,
                           .text = [id](std::string_view t) -> std::vector<Json> {
                             return {Json{{"id", id}, {"object", "conversation.message.delta"}, {"text", t}}};
                           },
-                          .end = [final_json](const RunOutcome &o) -> std::vector<Json> { return {final_json(o)}; },
-                          .cleanup = nullptr});
+                          .end = [final_json, cluster, turn](const RunOutcome &o) -> std::vector<Json> {
+                            Json j = final_json(o);
+                            try {
+                              if (const Json stored = cluster->commit(*turn); !stored.is_null()) j["store"] = stored;
+                            } catch (const ApiError &e) {
+                              return {error_json(e)};
+                            }
+                            return {j};
+                          },
+                          .cleanup = [cluster, turn] { cluster->abandon(*turn); }});
 }
 
 void put_state(ServeContext &ctx, const httplib::Request &req, httplib::Response &res) {
@@ -133,10 +174,22 @@ void put_state(ServeContext &ctx, const httplib::Request &req, httplib::Response
   weft::Conversation conv = ctx.ex->load(std::span<const std::uint8_t>(p, req.body.size()));
   // Loading replaces a conversation of that id; the old one goes only once
   // the new one loaded.
-  const bool replaced = ctx.registry.remove(id);
+  bool replaced = ctx.registry.remove(id);
   auto entry = ctx.registry.add(std::move(conv), "conversation", id);
   ctx.stepper->wake();
-  send_json(res, conversation_json(ctx, *entry, false), replaced ? 200 : 201);
+  Json stored;
+  try {
+    stored = ctx.cluster->replace(*entry);
+  } catch (...) {
+    ctx.registry.remove(id);  // the store keeps what it had; it loads again from there
+    throw;
+  }
+  Json j = conversation_json(ctx, *entry, false);
+  if (!stored.is_null()) {
+    j["store"] = stored;
+    if (stored.value("version", 0) > 1) replaced = true;
+  }
+  send_json(res, j, replaced ? 200 : 201);
 }
 
 }  // namespace
@@ -157,28 +210,43 @@ void add_conversation_routes(httplib::Server &svr, ServeContext &ctx) {
              create(ctx, req, res);
            }));
   svr.Get("/v1/conversations/:id", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
-            send_json(res, conversation_json(ctx, *ctx.registry.get(id_of(req)), true));
+            const std::string id = id_of(req);
+            Json j = conversation_json(ctx, *find_conv(ctx, id), true);
+            if (const Json stored = ctx.cluster->describe(id); !stored.is_null()) j["store"] = stored;
+            send_json(res, j);
           }));
   svr.Delete("/v1/conversations/:id", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
                const std::string id = id_of(req);
-               ctx.registry.get(id);  // 404 when absent
-               ctx.registry.remove(id);
+               const bool stored = ctx.cluster->remove(id);  // 409 / 503 from the store
+               if (!ctx.registry.remove(id) && !stored) ctx.registry.get(id);  // 404
                ctx.stepper->wake();
                send_json(res, Json{{"id", id}, {"object", "conversation"}, {"deleted", true}});
              }));
   svr.Post("/v1/conversations/:id/fork", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
              refuse_when_draining(ctx);
-             auto src = ctx.registry.get(id_of(req));
+             auto src = find_conv(ctx, id_of(req));
              const Json body = optional_body(req);
              std::string id;
              if (const Json *v = optional_field(body, "id", Json::value_t::string, "a string")) id = v->get<std::string>();
+             if (id.empty()) id = ctx.cluster->new_id();
              auto entry = ctx.registry.add(src->conv.fork(), "conversation", id);
              ctx.stepper->wake();
-             send_json(res, conversation_json(ctx, *entry, false), 201);
+             Json stored;
+             try {
+               stored = ctx.cluster->publish(*entry);
+             } catch (...) {
+               ctx.registry.remove(entry->id);
+               throw;
+             }
+             Json j = conversation_json(ctx, *entry, false);
+             if (!stored.is_null()) j["store"] = stored;
+             send_json(res, j, 201);
            }));
   svr.Post("/v1/conversations/:id/rewind", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
-             auto e = ctx.registry.get(id_of(req));
              const Json body = parse_body(req);
+             auto turn = std::make_shared<Turn>(ctx.cluster->begin_turn(id_of(req)));
+             TurnGuard guard{*ctx.cluster, turn};
+             auto e = turn->entry;
              const auto it = body.find("n");
              if (it == body.end() || !it->is_number_unsigned())
                throw bad_param("n", "'n' must be a non-negative integer (tokens to drop)", "invalid_type");
@@ -188,13 +256,15 @@ void add_conversation_routes(httplib::Server &svr, ServeContext &ctx) {
                throw bad_param("n", fmt::format("'n' is {}; conversation '{}' holds {} tokens", n, e->id, have));
              e->conv.rewind(static_cast<std::uint32_t>(n));
              ctx.stepper->wake();
-             send_json(res, conversation_json(ctx, *e, false));
+             Json j = conversation_json(ctx, *e, false);
+             if (const Json stored = ctx.cluster->commit(*turn); !stored.is_null()) j["store"] = stored;
+             send_json(res, j);
            }));
   svr.Post("/v1/conversations/:id/messages", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
              messages(ctx, req, res);
            }));
   svr.Get("/v1/conversations/:id/state", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
-            const auto bytes = ctx.registry.get(id_of(req))->conv.save();
+            const auto bytes = find_conv(ctx, id_of(req))->conv.save();
             res.status = 200;
             res.set_content(std::string(bytes.begin(), bytes.end()), "application/octet-stream");
           }));

@@ -77,6 +77,21 @@ std::string prometheus_text(ServeContext &ctx) {
     for (const auto &[k, n] : ctx.counters.requests)
       o.line("weft_http_requests_total", n, fmt::format("route=\"{}\",code=\"{}\"", k.first, k.second));
   }
+  if (ctx.cluster && ctx.cluster->enabled()) {
+    // The state store (--store): acquire (the lease), save
+    // (Conversation::save), write (to the store), read (from it), restore
+    // (Executor::load).
+    const auto ops = ctx.cluster->op_stats();
+    o.head("weft_store_ops_total", "counter", "State store operations, by kind");
+    for (int i = 0; i < Cluster::op_count; ++i)
+      o.line("weft_store_ops_total", ops[i].n, fmt::format("op=\"{}\"", Cluster::op_name(i)));
+    o.head("weft_store_seconds_total", "counter", "Wall time of state store operations, by kind");
+    for (int i = 0; i < Cluster::op_count; ++i)
+      o.line("weft_store_seconds_total", ops[i].seconds, fmt::format("op=\"{}\"", Cluster::op_name(i)));
+    o.head("weft_store_bytes_total", "counter", "State bytes saved, written, read and restored, by kind");
+    for (int i = 0; i < Cluster::op_count; ++i)
+      o.line("weft_store_bytes_total", ops[i].bytes, fmt::format("op=\"{}\"", Cluster::op_name(i)));
+  }
   return o.s;
 }
 
@@ -84,8 +99,13 @@ void add_metrics_routes(httplib::Server &svr, ServeContext &ctx) {
   svr.Get("/metrics", guarded([&ctx](const httplib::Request &, httplib::Response &res) {
             res.set_content(prometheus_text(ctx), "text/plain; version=0.0.4");
           }));
-  svr.Get("/health", [](const httplib::Request &, httplib::Response &res) {
-    res.set_content("{\"status\":\"ok\"}", "application/json");
+  // For a proxy's checks: 200 while serving (the store's state is said, not
+  // a failure: the node still serves what it holds), 503 once draining.
+  svr.Get("/health", [&ctx](const httplib::Request &, httplib::Response &res) {
+    Json j = ctx.cluster ? ctx.cluster->health() : Json::object();
+    j["status"] = ctx.draining.load() ? "draining" : "ok";
+    res.status = ctx.draining.load() ? 503 : 200;
+    res.set_content(j.dump(), "application/json");
   });
   svr.Get("/v1/status", guarded([&ctx](const httplib::Request &, httplib::Response &res) {
             const auto st = ctx.ex->stats();

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "serve/cluster.hpp"
 #include "serve/registry.hpp"
 #include "serve/serve_options.hpp"
 #include "serve/stepper.hpp"
@@ -41,6 +42,7 @@ struct ServeContext {
   std::unique_ptr<weft::Executor> ex;
   std::unique_ptr<Stepper> stepper;
   Registry registry;
+  std::unique_ptr<Cluster> cluster;  // the state store's side (a no-op without --store)
   ServeCounters counters;
   std::atomic<bool> draining{false};    // SIGTERM: new work is refused (503)
   std::atomic<bool> cancel_all{false};  // the grace period is over: running generations end

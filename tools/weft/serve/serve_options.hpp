@@ -31,6 +31,13 @@ struct ServeOptions {
   int http_threads = 32;                  // HTTP threads kept ready; more start with the connections
   std::uint32_t max_connections = 1024;   // connections open at once; more are answered 503
   double shutdown_grace_s = 5;            // SIGTERM: how long running generations may finish
+  // Several nodes (docs/DEPLOYING.md): where conversations are written after
+  // each turn and loaded from by any node. Empty: none, conversations stay
+  // on the node that made them and nothing is written.
+  std::string store;                        // dir:///path or redis://host:port/db
+  std::string node_id;                      // this node's name in the store; empty: <hostname>-<pid>
+  double lease_seconds = 30;                // how long a turn's advance lease lasts unrenewed
+  std::uint64_t store_max_bytes = 64u << 20;  // larger states are refused (507 state_too_large)
 };
 
 }  // namespace weft_cli::serve

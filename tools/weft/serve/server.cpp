@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -17,6 +19,8 @@
 #include <vector>
 
 #include "serve/api_error.hpp"
+#include "serve/cluster.hpp"
+#include "serve/state_store.hpp"
 #include "serve/conversation_routes.hpp"
 #include "serve/dashboard.hpp"
 #include "serve/metrics.hpp"
@@ -189,6 +193,28 @@ std::uint32_t fit_fd_limit(std::uint32_t max_connections, int http_threads) {
   return fitted;
 }
 
+// --node-id, or <hostname>-<pid> made of the characters ids allow.
+std::string node_name(const std::string &wanted) {
+  auto valid = [](const std::string &s) {
+    return !s.empty() && s.size() <= 40 && std::all_of(s.begin(), s.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+    });
+  };
+  if (!wanted.empty()) {
+    if (!valid(wanted))
+      throw weft::Error(weft::Errc::invalid_argument,
+                        fmt::format("--node-id '{}' must be 1-40 characters of A-Z a-z 0-9 _ -", wanted.substr(0, 80)));
+    return wanted;
+  }
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string n;
+  for (const char *p = host; *p != '\0' && n.size() < 24; ++p)
+    n += std::isalnum(static_cast<unsigned char>(*p)) || *p == '-' || *p == '_' ? *p : '-';
+  if (n.empty()) n = "node";
+  return fmt::format("{}-{}", n, getpid());
+}
+
 }  // namespace
 
 ServeApp::ServeApp(ServeOptions opt) {
@@ -215,6 +241,10 @@ ServeApp::ServeApp(ServeOptions opt) {
   if (c.opt.step_tokens > 0) budget.max_tokens = c.opt.step_tokens;
   if (c.opt.step_ms > 0) budget.max_time = std::chrono::milliseconds(c.opt.step_ms);
   c.stepper = std::make_unique<Stepper>(*c.ex, budget);
+  std::unique_ptr<StateStore> store;
+  if (!c.opt.store.empty()) store = open_store(c.opt.store, c.opt.store_max_bytes);
+  c.cluster = std::make_unique<Cluster>(c, std::move(store), node_name(c.opt.node_id),
+                                        std::chrono::milliseconds(static_cast<std::int64_t>(c.opt.lease_seconds * 1000)));
   configure_http();
 }
 
@@ -293,6 +323,7 @@ void ServeApp::shutdown() {
     std::fprintf(stderr, "weft serve: %d requests still open after 5 s; closing them\n", c.active_runs.load());
   svr_.stop();
   if (listener_.joinable()) listener_.join();
+  c.cluster.reset();  // its thread saves conversations: before they go
   c.stepper->stop();
   // Conversations go before the executor.
   for (const auto &e : c.registry.list()) c.registry.remove(e->id);
