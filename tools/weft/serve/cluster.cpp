@@ -405,10 +405,12 @@ void Cluster::keeper() {
     }
     if (!ok) continue;
     note_store(true, "");
-    // Turns running here keep their lease while they run.
+    // Turns running here keep their lease while they run. Only a lease
+    // still held is extended: a turn that committed meanwhile ended it, and
+    // taking it again would lock the conversation out for a lease period.
     for (const auto &id : renew) {
       try {
-        store_->acquire(id, node_, lease_);
+        store_->renew(id, node_, lease_);
       } catch (const StoreError &) {
         // Lost it (or the store went): the turn's commit finds out.
       }

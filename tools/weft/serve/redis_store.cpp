@@ -54,6 +54,16 @@ if not v then return {0} end
 return {tonumber(v), redis.call('GET', KEYS[2])}
 )lua";
 
+constexpr const char *kRenew = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ln = redis.call('HGET', KEYS[1], 'lease_node') or ''
+local lu = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0')
+if ln ~= ARGV[1] or lu <= now then return 0 end
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
+return 1
+)lua";
+
 constexpr const char *kRelease = R"lua(
 if redis.call('HGET', KEYS[1], 'lease_node') == ARGV[1] then
   redis.call('HSET', KEYS[1], 'lease_node', '', 'lease_until', 0)
@@ -122,6 +132,10 @@ class RedisStore final : public StateStore {
     return static_cast<std::uint64_t>(v);
   }
 
+  bool renew(const std::string &id, const std::string &node, std::chrono::milliseconds lease) override {
+    Reply r = eval(kRenew, id, {node, std::to_string(lease.count())});
+    return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  }
   void release(const std::string &id, const std::string &node) override { eval(kRelease, id, {node}); }
 
   void remove(const std::string &id, const std::string &node) override {

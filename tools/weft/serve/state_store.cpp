@@ -110,6 +110,15 @@ class DirStore final : public StateStore {
     return r.version;
   }
 
+  bool renew(const std::string &id, const std::string &node, std::chrono::milliseconds lease) override {
+    Locked l(*this, id, LOCK_EX);
+    DirRecord r = read_record(id);
+    if (r.version == 0 || r.lease_node != node || r.lease_until <= now_ms()) return false;
+    r.lease_until = now_ms() + lease.count();
+    write_record(id, r);
+    return true;
+  }
+
   void release(const std::string &id, const std::string &node) override {
     Locked l(*this, id, LOCK_EX);
     DirRecord r = read_record(id);

@@ -72,6 +72,10 @@ class StateStore {
   // Throws conflict / leased / too_large / unavailable.
   virtual std::uint64_t commit(const std::string &id, const std::string &node, std::uint64_t expected,
                                const std::vector<std::uint8_t> &bytes) = 0;
+  // Extends `node`'s lease on `id` by `lease` only while it still holds a
+  // live one (a turn still running): never takes a lease a commit or
+  // release ended meanwhile. Returns whether it did. Throws unavailable.
+  virtual bool renew(const std::string &id, const std::string &node, std::chrono::milliseconds lease) = 0;
   // Ends `node`'s lease on `id`, if it holds one. Throws unavailable.
   virtual void release(const std::string &id, const std::string &node) = 0;
   // Deletes the state and its record (refused, leased, while another node
