@@ -416,11 +416,13 @@ TEST(Adapters, PrefixReuseNeverCrossesSettings) {
 namespace {
 
 // The longest run of steps a generating conversation went without a token,
-// 8 conversations generating under `groups` settings, 3 tokens a step.
-std::uint32_t longest_wait(std::size_t groups) {
+// 8 conversations generating `max_tokens` each under `groups` settings, each
+// step under `budget`; `steps` gets how many steps it took.
+std::uint32_t longest_wait(std::size_t groups, const weft::StepBudget &budget, std::uint32_t max_tokens,
+                           std::uint32_t rng_seed, std::uint32_t *steps = nullptr) {
   weft::Executor ex(deep(), params());
   const auto s = settings(deep());
-  std::mt19937 rng(5);
+  std::mt19937 rng(rng_seed);
   std::vector<weft::Conversation> convs;
   std::vector<weft::Generation> gens;
   for (std::size_t i = 0; i < 8; ++i) {
@@ -429,11 +431,11 @@ std::uint32_t longest_wait(std::size_t groups) {
     convs.back().prompt(weft_test::random_tokens(rng, deep(), 8, true));
   }
   weft_test::run_until_idle(ex);  // prompts first: then only generation
-  for (auto &c : convs) gens.push_back(c.generate({.max_tokens = 16}));
+  for (auto &c : convs) gens.push_back(c.generate({.max_tokens = max_tokens}));
   std::vector<std::uint32_t> tokens(8, 0), since(8, 0);
-  std::uint32_t worst = 0;
-  for (std::uint32_t step = 1; step <= 1000; ++step) {
-    ex.step({.max_tokens = 3});
+  std::uint32_t worst = 0, step = 1;
+  for (; step <= 2000; ++step) {
+    ex.step(budget);
     for (std::size_t i = 0; i < 8; ++i) {
       const auto n = static_cast<std::uint32_t>(gens[i].result().tokens.size());
       if (n != tokens[i] || gens[i].done()) since[i] = step;
@@ -444,6 +446,7 @@ std::uint32_t longest_wait(std::size_t groups) {
   }
   for (auto &g : gens) EXPECT_TRUE(g.done());
   EXPECT_GT(ex.stats().adapter_switches, groups > 1 ? 10u : 0u);
+  if (steps != nullptr) *steps = step;
   return worst;
 }
 
@@ -453,32 +456,9 @@ TEST(Adapters, GroupsTakeTurnsUnderATightTimeBudget) {
   // A time budget that holds a group or two a step (each costs a call and a
   // switch): the step serves the most urgent groups, the others lead the
   // next step, so every conversation keeps progressing.
-  weft::Executor ex(deep(), params());
-  const auto s = settings(deep());
-  std::mt19937 rng(9);
-  std::vector<weft::Conversation> convs;
-  std::vector<weft::Generation> gens;
-  for (std::size_t i = 0; i < 8; ++i) {
-    convs.push_back(ex.create());
-    convs.back().set_adapters(s.uses[1 + i % 4]);
-    convs.back().prompt(weft_test::random_tokens(rng, deep(), 8, true));
-  }
-  weft_test::run_until_idle(ex);
-  for (auto &c : convs) gens.push_back(c.generate({.max_tokens = 10}));
-  std::vector<std::uint32_t> tokens(8, 0), since(8, 0);
-  std::uint32_t worst = 0, step = 0;
-  for (step = 1; step <= 2000; ++step) {
-    ex.step({.max_time = std::chrono::microseconds(300)});
-    for (std::size_t i = 0; i < 8; ++i) {
-      const auto n = static_cast<std::uint32_t>(gens[i].result().tokens.size());
-      if (n != tokens[i] || gens[i].done()) since[i] = step;
-      tokens[i] = n;
-      worst = std::max(worst, step - since[i]);
-    }
-    if (std::all_of(gens.begin(), gens.end(), [](auto &g) { return g.done(); })) break;
-  }
-  std::printf("time budget: done in %u steps, longest wait between tokens %u steps\n", step, worst);
-  for (auto &g : gens) EXPECT_TRUE(g.done());
+  std::uint32_t steps = 0;
+  const std::uint32_t worst = longest_wait(4, {.max_time = std::chrono::microseconds(300)}, 10, 9, &steps);
+  std::printf("time budget: done in %u steps, longest wait between tokens %u steps\n", steps, worst);
   // Four groups, at least one served a step, each waiting its turn.
   EXPECT_LE(worst, 16u);
 }
@@ -487,7 +467,8 @@ TEST(Adapters, GroupsTakeTurnsUnderATightBudget) {
   // No group starves: with four settings each conversation waits no longer
   // between tokens than with one (the turns are per conversation, whatever
   // its group), beyond a step of slack.
-  const std::uint32_t one = longest_wait(1), four = longest_wait(4);
+  const weft::StepBudget three{.max_tokens = 3};
+  const std::uint32_t one = longest_wait(1, three, 16, 5), four = longest_wait(4, three, 16, 5);
   std::printf("longest wait between tokens: %u steps with one group, %u with four\n", one, four);
   EXPECT_LE(four, one + 1);
   EXPECT_LE(one, 4u);  // 8 conversations, 3 tokens a step

@@ -285,15 +285,19 @@ void Cluster::abandon(Turn &t) noexcept {
   }
 }
 
+Json Cluster::write_whole(ConvEntry &e, std::uint64_t expected) {
+  const auto bytes = e.conv.save();
+  const auto v = store_->commit(e.id, node_, expected, bytes);
+  note_store(true, "");
+  std::lock_guard lk(mu_);
+  local_[e.id] = Local{.version = v};
+  return Json{{"version", v}, {"holder", node_}, {"bytes", bytes.size()}};
+}
+
 Json Cluster::publish(ConvEntry &e) {
   if (!store_) return nullptr;
   try {
-    const auto bytes = e.conv.save();
-    const auto v = store_->commit(e.id, node_, 0, bytes);
-    note_store(true, "");
-    std::lock_guard lk(mu_);
-    local_[e.id] = Local{.version = v};
-    return Json{{"version", v}, {"holder", node_}, {"bytes", bytes.size()}};
+    return write_whole(e, 0);
   } catch (const StoreError &err) {
     raise(err, e.id);
   }
@@ -302,13 +306,7 @@ Json Cluster::publish(ConvEntry &e) {
 Json Cluster::replace(ConvEntry &e) {
   if (!store_) return nullptr;
   try {
-    const StoreRecord rec = store_->acquire(e.id, node_, lease_);
-    const auto bytes = e.conv.save();
-    const auto v = store_->commit(e.id, node_, rec.version, bytes);
-    note_store(true, "");
-    std::lock_guard lk(mu_);
-    local_[e.id] = Local{.version = v};
-    return Json{{"version", v}, {"holder", node_}, {"bytes", bytes.size()}};
+    return write_whole(e, store_->acquire(e.id, node_, lease_).version);
   } catch (const StoreError &err) {
     raise(err, e.id);
   }

@@ -107,6 +107,9 @@ class Cluster {
   std::vector<OpStats> op_stats();
 
  private:
+  // Writes e's whole state as the version after `expected` and records it
+  // (publish, replace). Throws StoreError.
+  Json write_whole(ConvEntry &e, std::uint64_t expected);
   struct Local {
     std::uint64_t version = 0;  // the store's version this copy matches (or grew from, while dirty)
     bool dirty = false;         // turns not written yet (the store was unreachable)
