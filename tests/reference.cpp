@@ -4,37 +4,48 @@
 #include <cstdio>
 #include <fstream>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <map>
 
 namespace weft_test {
 
-namespace {
-
-// The measurement takes seconds (minutes under TSan) and every test process
-// needs it: cache it next to the test models, keyed by the model's identity.
-std::string floor_cache_path() { return std::string(WEFT_TEST_MODELS) + "/noise-floor.txt"; }
-
-}  // namespace
-
-double batch_noise_floor(const weft::Model &m) {
-  static const double floor = [&m] {
-    {
-      std::ifstream in(floor_cache_path());
-      std::uint64_t fp = 0;
-      double cached = -1;
-      if (in >> std::hex >> fp >> std::dec >> cached && fp == m.fingerprint() && cached >= 0) return cached;
-    }
-    const double measured = measure_noise_floor(m);
-    const auto tmp = floor_cache_path() + ".tmp." + std::to_string(::getpid());
+double cached_measurement(const std::string &name, const std::string &key, const std::function<double()> &measure) {
+  const std::string file = std::string(WEFT_TEST_MODELS) + "/" + name;
+  const int lock = ::open((file + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock >= 0) ::flock(lock, LOCK_EX);  // released when closed, or by the kernel if this process dies
+  std::map<std::string, double> values;
+  {
+    std::ifstream in(file);
+    std::string k;
+    double v = 0;
+    while (in >> k >> v) values[k] = v;
+  }
+  double value = 0;
+  if (auto it = values.find(key); it != values.end()) {
+    value = it->second;
+  } else {
+    value = values[key] = measure();
+    const auto tmp = file + ".tmp." + std::to_string(::getpid());
     {
       std::ofstream out(tmp);
-      out << std::hex << m.fingerprint() << ' ' << std::dec;
       out.precision(17);
-      out << measured << '\n';
+      for (const auto &[k, v] : values) out << k << ' ' << v << '\n';
     }
-    std::rename(tmp.c_str(), floor_cache_path().c_str());
-    return measured;
-  }();
+    std::rename(tmp.c_str(), file.c_str());
+  }
+  if (lock >= 0) ::close(lock);
+  return value;
+}
+
+double batch_noise_floor(const weft::Model &m) {
+  // Minutes under TSan: once per build tree, keyed by the model's identity.
+  static const double floor = cached_measurement("noise-floor.txt", fmt::format("{:016x}", m.fingerprint()),
+                                                 [&m] { return measure_noise_floor(m); });
   return floor;
 }
 

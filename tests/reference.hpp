@@ -77,6 +77,11 @@ inline std::vector<weft::Token> random_tokens(std::mt19937 &rng, const weft::Mod
 double batch_noise_floor(const weft::Model &m);
 // The measurement itself (batch_noise_floor caches it across test processes).
 double measure_noise_floor(const weft::Model &m);
+// A measurement every test process needs but that takes seconds: `key`'s
+// value in the "key value" lines of `name` next to the test models, made by
+// `measure` on a miss. Processes serialize on a lock file, so when ctest runs
+// several at once one measures and the others wait and read its value.
+double cached_measurement(const std::string &name, const std::string &key, const std::function<double()> &measure);
 // The same over `scenarios` seeded batches, each context prepared by
 // `setup` (adapters, say) and each sequence compared with `alone` (its
 // logits decoded by itself under the same setup).

@@ -92,7 +92,9 @@ struct ExecutorParams {
   // Sequence slots: conversations resident in the cache at once. Default 16.
   // Must be in [1, 256].
   std::uint32_t n_seq_max = 16;
-  // CPU threads for decoding; 0 = all hardware threads. Default 0.
+  // CPU threads for decoding; 0 = all hardware threads. Default 0. They
+  // spin between graph nodes (OpenMP's default): on cores shared with the
+  // game's threads use fewer, or OMP_WAIT_POLICY=passive (docs/EXECUTOR.md).
   int n_threads = 0;
   // KV cache element type. Default f16.
   KvType kv_type = KvType::f16;

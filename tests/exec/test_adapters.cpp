@@ -9,11 +9,9 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <random>
 
@@ -37,7 +35,7 @@ struct Files {
 };
 
 const Files &files() {
-  static const Files f = [] {
+  static const Files made = [] {
     Files f;
     f.dir = weft_test::temp_dir("adapters");
     f.model = f.dir / "deep.gguf";
@@ -56,7 +54,7 @@ const Files &files() {
     f.c = make("c.gguf", AdapterKind::control_vector, 3);
     return f;
   }();
-  return f;
+  return made;
 }
 
 const weft::Model &deep() {
@@ -179,25 +177,7 @@ double setting_floor(const RefSetting &s) {
 double cached_floor(const RefSetting &s) {
   std::string key = fmt::format("{:016x}", deep().fingerprint());
   for (const RefUse &u : s) key += fmt::format(";{}:{}:{}:{}", u.path.filename().string(), u.scale, u.l0, u.l1);
-  const fs::path file = fs::path(WEFT_TEST_MODELS) / "adapter-floors.txt";
-  std::map<std::string, double> floors;
-  {
-    std::ifstream in(file);
-    std::string k;
-    double v = 0;
-    while (in >> k >> v) floors[k] = v;
-  }
-  if (auto it = floors.find(key); it != floors.end()) return it->second;
-  const double v = setting_floor(s);
-  floors[key] = v;
-  const auto tmp = file.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    out.precision(17);
-    for (const auto &[k, f] : floors) out << k << ' ' << f << '\n';
-  }
-  std::rename(tmp.c_str(), file.c_str());
-  return v;
+  return weft_test::cached_measurement("adapter-floors.txt", key, [&] { return setting_floor(s); });
 }
 
 // 8x the larger floor, as logits_tolerance does for the base model.
@@ -578,7 +558,7 @@ TEST(AdapterSpans, MatchesAPerPositionModel) {
         case 0:
         case 1: {  // decode k positions at the end, or re-decode some recorded ones
           const std::uint32_t p = n == 0 || rng() % 3 != 0 ? n : static_cast<std::uint32_t>(rng() % n);
-          const std::uint32_t k = 1 + rng() % 9;
+          const auto k = static_cast<std::uint32_t>(1 + rng() % 9);
           const std::uint32_t run = spans.run(p, k, current);
           ASSERT_GE(run, 1u);
           const AdapterConfigPtr &cfg = spans.at(p, current);
