@@ -29,6 +29,8 @@ option(WEFT_CUDA   "Build llama.cpp with the CUDA backend"   OFF)
 option(WEFT_VULKAN "Build llama.cpp with the Vulkan backend" OFF)
 option(WEFT_METAL  "Build llama.cpp with the Metal backend"  OFF)
 option(WEFT_NATIVE "Tune llama.cpp for this CPU (GGML_NATIVE)" ON)
+# ggml's RPC backend: models split over ggml-rpc-server peers (ModelParams::rpc).
+option(WEFT_RPC    "Build llama.cpp with the RPC backend (GGML_RPC)" ON)
 
 # The source of the pinned release, as a script so it also runs on its own
 # (cmake -P cmake/WeftFetchLlama.cmake) and reports errors without a stack.
@@ -58,6 +60,7 @@ function(weft_llama_build src out_prefix)
     -DLLAMA_OPENSSL=OFF
     -DGGML_NATIVE=${WEFT_NATIVE}
     -DGGML_CUDA=${WEFT_CUDA} -DGGML_VULKAN=${WEFT_VULKAN} -DGGML_METAL=${WEFT_METAL}
+    -DGGML_RPC=${WEFT_RPC}
     ${WEFT_LLAMA_EXTRA_ARGS})
   if(WEFT_SANITIZE STREQUAL "thread")
     # TSan must see every access and every synchronisation: instrument
@@ -134,6 +137,18 @@ else()
   weft_llama_build("${_weft_src}" _weft_llama_prefix)
 endif()
 
+# A build tree that found llama.cpp under another prefix (other flags, say
+# WEFT_RPC toggled) has its package and library paths cached: forget them,
+# or the old libraries would be linked.
+if(NOT "${_weft_llama_prefix}" STREQUAL "${WEFT_LLAMA_FOUND_PREFIX}")
+  get_cmake_property(_weft_cached CACHE_VARIABLES)
+  foreach(v IN LISTS _weft_cached)
+    if(v MATCHES "^(llama_DIR|ggml_DIR|llama_LIBRARY|GGML_[A-Z0-9_]*LIBRARY)$")
+      unset(${v} CACHE)
+    endif()
+  endforeach()
+  set(WEFT_LLAMA_FOUND_PREFIX "${_weft_llama_prefix}" CACHE INTERNAL "prefix the cached llama/ggml paths belong to")
+endif()
 find_package(llama CONFIG REQUIRED PATHS "${_weft_llama_prefix}" NO_DEFAULT_PATH)
 message(STATUS "weft: llama.cpp from ${_weft_llama_prefix}")
 
@@ -150,4 +165,13 @@ if(WEFT_LLAMA_SRC)
             -P "${PROJECT_SOURCE_DIR}/cmake/WeftLlamaTools.cmake"
     USES_TERMINAL VERBATIM
     COMMENT "llama.cpp tools in ${WEFT_LLAMA_TOOLS_DIR}")
+endif()
+
+# ggml-rpc-server from the same source and flags: the peer that
+# ModelParams::rpc talks to (the RPC tests start it; docs/DEPLOYING.md).
+if(WEFT_LLAMA_SRC AND "ggml-rpc" IN_LIST GGML_AVAILABLE_BACKENDS AND EXISTS "${WEFT_LLAMA_SRC}/tools/rpc/rpc-server.cpp")
+  add_executable(ggml-rpc-server "${WEFT_LLAMA_SRC}/tools/rpc/rpc-server.cpp")
+  target_link_libraries(ggml-rpc-server PRIVATE ggml::ggml)
+  target_compile_features(ggml-rpc-server PRIVATE cxx_std_17)
+  set_target_properties(ggml-rpc-server PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/bin")
 endif()

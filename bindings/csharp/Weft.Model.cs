@@ -10,6 +10,10 @@ namespace Weft
         public int GpuLayers;
         public bool UseMmap;
         public bool VocabOnly;
+        // ggml-rpc-server peers holding the layers, "host:port,host:port";
+        // null: none (docs/DEPLOYING.md, "RPC").
+        public string Rpc;
+        public int RpcTimeoutMs;
         // Progress in [0, 1] on the loading thread; return false to cancel.
         public Func<float, bool> OnProgress;
 
@@ -19,6 +23,7 @@ namespace Weft
             GpuLayers = n.n_gpu_layers;
             UseMmap = n.use_mmap != 0;
             VocabOnly = n.vocab_only != 0;
+            RpcTimeoutMs = n.rpc_timeout_ms;
         }
 
         internal static ModelParamsNative Defaults()
@@ -55,6 +60,8 @@ namespace Weft
             using (var mem = new CallMemory())
             {
                 n.path = mem.Utf8z(path);
+                if (p.Rpc != null) n.rpc = mem.Utf8z(p.Rpc);
+                n.rpc_timeout_ms = p.RpcTimeoutMs;
                 if (p.OnProgress != null)
                 {
                     // Called during the load only: the handle goes right after.

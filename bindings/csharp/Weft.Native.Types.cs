@@ -92,6 +92,8 @@ namespace Weft
         public int n_gpu_layers;
         public int use_mmap;
         public int vocab_only;
+        public IntPtr rpc;
+        public int rpc_timeout_ms;
     }
 
     [StructLayout(LayoutKind.Sequential)]

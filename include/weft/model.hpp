@@ -35,6 +35,20 @@ struct ModelParams {
   // Called with progress in [0, 1] on the loading thread; return false to
   // cancel the load (load() then throws Errc::cancelled). Default none.
   std::function<bool(float progress)> on_progress;
+  // llama.cpp RPC peers, "host:port" each (ggml-rpc-server, built with weft:
+  // docs/DEPLOYING.md), whose devices hold the model's layers, split by
+  // their free memory as llama.cpp's --rpc does; this process keeps the
+  // input embeddings and samples. Default empty: none. With peers, an
+  // n_gpu_layers of 0 means all layers. Each peer is checked (connect and
+  // ggml-rpc's HELLO within rpc_timeout_ms) before llama.cpp sees it, since
+  // llama.cpp aborts the process on one it cannot reach. Errors: invalid_argument
+  // (not host:port, a duplicate, weft built without WEFT_RPC), out_of_range
+  // (more than 16), io (unreachable, no answer), incompatible (another
+  // ggml-rpc protocol version). A peer that dies later aborts the process
+  // inside llama.cpp (docs/DEPLOYING.md, "RPC").
+  std::vector<std::string> rpc;
+  // Bound on connecting to and greeting each RPC peer. Default 5000; >= 1.
+  int rpc_timeout_ms = 5000;
 };
 
 struct TokenizeOptions {

@@ -335,6 +335,8 @@ weft_model_params model_defaults() {
   d.n_gpu_layers = 0;
   d.use_mmap = 1;
   d.vocab_only = 0;
+  d.rpc = nullptr;
+  d.rpc_timeout_ms = 5000;
   return d;
 }
 
@@ -344,7 +346,8 @@ extern "C" {
 
 weft_status weft_model_params_init(weft_model_params *params, size_t struct_size) {
   return guarded(__func__, [&] {
-    init_struct(params, struct_size, "weft_model_params", model_defaults(), {sizeof(weft_model_params)});
+    init_struct(params, struct_size, "weft_model_params", model_defaults(),
+                {offsetof(weft_model_params, rpc), sizeof(weft_model_params)});
   });
 }
 
@@ -354,13 +357,19 @@ weft_status weft_model_load(const weft_model_params *params, weft_model **out) {
     *out = nullptr;
     need(params, "params");
     weft_model_params p = model_defaults();
-    read_struct(params, "weft_model_params", p, {sizeof(weft_model_params)});
+    read_struct(params, "weft_model_params", p, {offsetof(weft_model_params, rpc), sizeof(weft_model_params)});
     if (p.path == nullptr) fail(WEFT_ERR_NULL_ARG, "weft_model_params.path is NULL");
     weft::ModelParams mp;
     mp.path = p.path;  // bytes as the OS takes them: no UTF-8 check
     mp.n_gpu_layers = p.n_gpu_layers;
     mp.use_mmap = p.use_mmap != 0;
     mp.vocab_only = p.vocab_only != 0;
+    for (std::string_view rest = p.rpc == nullptr ? "" : p.rpc; !rest.empty();) {
+      const auto comma = rest.find(',');
+      mp.rpc.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+    }
+    mp.rpc_timeout_ms = p.rpc_timeout_ms;
     if (p.on_progress != nullptr) {
       mp.on_progress = [cb = p.on_progress, ud = p.progress_user_data](float progress) { return cb(progress, ud) != 0; };
     }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "core/model_impl.hpp"
+#include "core/rpc.hpp"
 
 namespace weft {
 namespace {
@@ -125,6 +127,18 @@ Model Model::load(const ModelParams &params) {
     });
   }
 
+  std::vector<ggml_backend_dev_t> devices;
+  if (!params.rpc.empty() && !params.vocab_only) {
+    if (params.rpc_timeout_ms < 1) {
+      detail::fail(Errc::invalid_argument,
+                   fmt::format("ModelParams.rpc_timeout_ms = {} (expected >= 1)", params.rpc_timeout_ms));
+    }
+    devices = detail::rpc_devices(params.rpc, std::chrono::milliseconds(params.rpc_timeout_ms));
+    devices.push_back(nullptr);  // llama.cpp reads a NULL-terminated list
+    mp.devices = devices.data();
+    if (mp.n_gpu_layers == 0) mp.n_gpu_layers = -1;
+  }
+
   ProgressBridge bridge{&params.on_progress};
   if (params.on_progress) {
     mp.progress_callback = &ProgressBridge::call;
@@ -144,7 +158,9 @@ Model Model::load(const ModelParams &params) {
   impl->path = params.path;
   impl->n_vocab = llama_vocab_n_tokens(impl->vocab);
   impl->fingerprint = compute_fingerprint(m, params.path);
-  impl->on_gpu = params.n_gpu_layers != 0 && gpu_present();
+  // RPC peers may be CPUs: flash attention stays off unless asked for.
+  impl->on_gpu = params.n_gpu_layers != 0 && params.rpc.empty() && gpu_present();
+  impl->rpc = params.vocab_only ? std::vector<std::string>{} : params.rpc;
   return Model(std::move(impl));
 }
 

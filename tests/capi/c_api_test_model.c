@@ -1,5 +1,6 @@
 /* C ABI tests: version and status names, parameter defaults, the model
    (load errors, tokenizer, UTF-8 checks, metadata), handle checks, logging. */
+#include <stddef.h>
 #include "c_api_test.h"
 
 /* --- Tests -------------------------------------------------------------- */
@@ -87,6 +88,23 @@ void test_model(void) {
   mp.use_mmap = 0;  /* llama.cpp reports progress while reading */
   CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_CANCELLED, "");
   CHECK(g_progress_calls >= 1);
+  mp.on_progress = NULL;
+  /* RPC peers (the real ones are tested in C++: tests/core/test_rpc.cpp). */
+  mp.rpc = "127.0.0.1";
+  CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_INVALID_ARGUMENT, "'127.0.0.1': no ':port'");
+  mp.rpc = "127.0.0.1:1,127.0.0.1:1";
+  CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_INVALID_ARGUMENT, "twice");
+  mp.rpc = "127.0.0.1:1"; /* nothing listens on port 1 */
+  CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_IO, "unreachable");
+  mp.rpc_timeout_ms = 0;
+  CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_INVALID_ARGUMENT, "rpc_timeout_ms = 0");
+  /* A struct sized before the rpc fields loads locally. */
+  mp.struct_size = offsetof(weft_model_params, rpc);
+  mp.use_mmap = 1;
+  CHECK_OK(weft_model_load(&mp, &m));
+  CHECK_OK(weft_model_free(m));
+  mp.struct_size = sizeof mp;
+  mp.rpc = NULL;
 
   m = load_tiny();
   if (!m) return;

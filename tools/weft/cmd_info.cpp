@@ -16,18 +16,20 @@ namespace weft_cli {
 void add_info(CLI::App &app) {
   struct Opts {
     std::string model, text = "Hello, blacksmith! What do you sell?";
+    std::vector<std::string> rpc;
   };
   auto o = std::make_shared<Opts>();
   auto *cmd = app.add_subcommand("info", "Load a model, print its metadata and a tokenizer round trip");
   cmd->add_option("-m,--model", o->model, "GGUF model path")->required();
   cmd->add_option("--text", o->text, "Text to tokenize")->capture_default_str();
+  cmd->add_option("--rpc", o->rpc, "ggml-rpc-server peers host:port,... that hold the model's layers")->delimiter(',');
   cmd->callback([o] {
     ProgressBar bar("loading");
     const auto t0 = std::chrono::steady_clock::now();
     auto model = weft::Model::load({.path = o->model, .on_progress = [&bar](float f) {
                                       bar.update(f);
                                       return true;
-                                    }});
+                                    }, .rpc = o->rpc});
     bar.finish();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("model       {}\n", model.path());

@@ -21,13 +21,20 @@ typedef struct weft_model_params {
   int32_t n_gpu_layers;                // layers to offload to a GPU backend; -1 = all. Default 0
   weft_bool use_mmap;                  // map the file instead of reading it. Default 1
   weft_bool vocab_only;                // tokenizer only, no weights. Default 0
+  // Added in 0.6 (a struct_size without them reads as the defaults):
+  // ggml-rpc-server peers holding the layers, "host:port,host:port"
+  // (ModelParams::rpc; docs/DEPLOYING.md). Default NULL: none. Borrowed for
+  // the call.
+  const char *rpc;
+  int32_t rpc_timeout_ms;              // bound on reaching each peer. Default 5000
 } weft_model_params;
 
 WEFT_C_API weft_status weft_model_params_init(weft_model_params *params, size_t struct_size);
 
 // Loads a model. WEFT_ERR_NOT_FOUND (no such file), WEFT_ERR_INVALID_ARGUMENT
-// (a directory), WEFT_ERR_CORRUPT (not a GGUF llama.cpp can read),
-// WEFT_ERR_CANCELLED (on_progress returned 0).
+// (a directory, a malformed rpc list), WEFT_ERR_CORRUPT (not a GGUF llama.cpp
+// can read), WEFT_ERR_CANCELLED (on_progress returned 0), WEFT_ERR_IO (an RPC
+// peer unreachable), WEFT_ERR_INCOMPATIBLE (an RPC peer of another protocol).
 WEFT_C_API weft_status weft_model_load(const weft_model_params *params, weft_model **out);
 WEFT_C_API weft_status weft_model_free(weft_model *model);
 

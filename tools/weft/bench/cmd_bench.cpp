@@ -16,6 +16,7 @@ void add_bench(CLI::App &app) {
   add_bench_main_thread(*bench);
   add_bench_prefix(*bench);
   add_bench_adapters(*bench);
+  add_bench_rpc(*bench);
 }
 
 }  // namespace weft_cli

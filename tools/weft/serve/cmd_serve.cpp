@@ -18,6 +18,9 @@ void add_serve(CLI::App &app) {
   auto o = std::make_shared<serve::ServeOptions>();
   auto *cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with conversations as resources (docs/SERVE.md)");
   cmd->add_option("-m,--model", o->model, "GGUF model path")->required();
+  cmd->add_option("--rpc", o->rpc, "ggml-rpc-server peers host:port,... that hold the model's layers "
+                                   "(docs/DEPLOYING.md, \"RPC\")")
+      ->delimiter(',');
   cmd->add_option("--alias", o->alias, "Model name clients send (default: the file's stem)");
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "Port; 0 picks a free one (printed)")->capture_default_str()->check(CLI::Range(0, 65535));

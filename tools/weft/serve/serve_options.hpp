@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace weft_cli::serve {
 
 struct ServeOptions {
   std::string model;              // GGUF path
+  std::vector<std::string> rpc;   // ggml-rpc-server peers holding the layers (ModelParams::rpc); empty: local
   std::string alias;              // the model name clients send; default: the file's stem
   std::string host = "127.0.0.1";
   int port = 8080;                // 0: any free port (the chosen one is printed)

@@ -221,7 +221,7 @@ ServeApp::ServeApp(ServeOptions opt) {
   if (opt.step_tokens > opt.batch)
     throw weft::Error(weft::Errc::invalid_argument,
                       fmt::format("--step-tokens {} is above --batch {}", opt.step_tokens, opt.batch));
-  auto model = weft::Model::load({.path = opt.model});
+  auto model = weft::Model::load({.path = opt.model, .rpc = opt.rpc});
   ctx_ = std::make_unique<ServeContext>(std::move(opt), std::move(model));
   auto &c = *ctx_;
   c.model_name = c.opt.alias.empty() ? std::filesystem::path(c.opt.model).stem().string() : c.opt.alias;
