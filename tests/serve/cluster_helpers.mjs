@@ -97,9 +97,9 @@ export async function startRedis(dir, port) {
 }
 
 // `weft serve` with the executor shape of the other serve tests, and `extra`.
-export async function startNode(extra = [], { ctx = 2048, parallel = 8 } = {}) {
+export async function startNode(extra = [], { ctx = 2048, parallel = 8, threads = 1 } = {}) {
   const args = ["serve", "-m", env.model, "--port", "0", "--ctx", String(ctx), "--parallel", String(parallel), "--batch", "64",
-    "-t", "1", ...extra];
+    "-t", String(threads), ...extra];
   const child = spawn(env.cli, args, { stdio: ["ignore", "pipe", "pipe"] });
   const n = track(child, "weft serve");
   const url = await waitFor(() => {
