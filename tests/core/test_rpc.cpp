@@ -194,3 +194,23 @@ TEST(Rpc, PeersWeftCannotUseAreRefusedWithTypedErrors) {
   EXPECT_LE(weft_test::nmse(c.logits(), weft_test::reference_logits(weft_test::tiny(), c.tokens())),
             weft_test::logits_tolerance(weft_test::tiny()));
 }
+
+TEST(Rpc, CliTakesPeers) {
+  SKIP_WITHOUT_RPC();
+  auto run = [](const std::string &args) {
+    const std::string cmd = std::string(WEFT_CLI) + " info -m " + weft_test::tiny().path() + " " + args + " 2>&1";
+    FILE *p = ::popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+    return std::make_pair(::pclose(p), out);
+  };
+  Peer peer;
+  ASSERT_GT(peer.pid, 0);
+  const auto [ok, out] = run("--rpc " + peer.endpoint);
+  EXPECT_EQ(ok, 0) << out;
+  EXPECT_NE(out.find("layers      2"), std::string::npos) << out;
+  const auto [bad, why] = run("--rpc " + peer.endpoint + ",127.0.0.1:" + std::to_string(free_port()));
+  EXPECT_NE(bad, 0);
+  EXPECT_NE(why.find("error (io): RPC peer 127.0.0.1:"), std::string::npos) << why;
+}
