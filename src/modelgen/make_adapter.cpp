@@ -26,6 +26,7 @@
 
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
+#include "modelgen/gguf_keys.hpp"
 #include "modelgen/splitmix.hpp"
 #include "weft/make_adapter.hpp"
 
@@ -71,24 +72,7 @@ constexpr int kProbeTokens = 32;
 
 // Same scheme as make_model: one splitmix64 stream per tensor.
 using detail::fill_normal;
-
-// An integer key of any integer type; -1 when absent or not an integer
-// (gguf_get_val_* abort on a type mismatch, so the type is checked first).
-int64_t get_int(const gguf_context *g, const std::string &key) {
-  const int64_t id = gguf_find_key(g, key.c_str());
-  if (id < 0) return -1;
-  switch (gguf_get_kv_type(g, id)) {
-    case GGUF_TYPE_UINT8: return gguf_get_val_u8(g, id);
-    case GGUF_TYPE_INT8: return gguf_get_val_i8(g, id);
-    case GGUF_TYPE_UINT16: return gguf_get_val_u16(g, id);
-    case GGUF_TYPE_INT16: return gguf_get_val_i16(g, id);
-    case GGUF_TYPE_UINT32: return gguf_get_val_u32(g, id);
-    case GGUF_TYPE_INT32: return gguf_get_val_i32(g, id);
-    case GGUF_TYPE_UINT64: return static_cast<int64_t>(gguf_get_val_u64(g, id));
-    case GGUF_TYPE_INT64: return gguf_get_val_i64(g, id);
-    default: return -1;
-  }
-}
+using detail::gguf_int;
 
 std::string get_str(const gguf_context *g, const char *key) {
   const int64_t id = gguf_find_key(g, key);
@@ -165,8 +149,8 @@ Base open_base(const std::string &path) {
   b.arch = get_str(b.gguf.get(), "general.architecture");
   if (b.arch.empty()) detail::fail(Errc::corrupt, fmt::format("base '{}' has no general.architecture", path));
   b.name = get_str(b.gguf.get(), "general.name");
-  b.n_layer = get_int(b.gguf.get(), b.arch + ".block_count");
-  b.n_embd = get_int(b.gguf.get(), b.arch + ".embedding_length");
+  b.n_layer = gguf_int(b.gguf.get(), b.arch + ".block_count");
+  b.n_embd = gguf_int(b.gguf.get(), b.arch + ".embedding_length");
   if (b.n_layer <= 0 || b.n_embd <= 0) {
     detail::fail(Errc::corrupt, fmt::format("base '{}' lacks {}.block_count or {}.embedding_length", path, b.arch,
                                             b.arch));

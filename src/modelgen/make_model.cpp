@@ -20,6 +20,7 @@
 
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
+#include "modelgen/gguf_keys.hpp"
 #include "modelgen/model_writer.hpp"
 #include "modelgen/npc_vocab.hpp"
 #include "modelgen/splitmix.hpp"
@@ -58,35 +59,7 @@ llama_ftype to_ftype(WeightType t) {
 void copy_tokenizer(gguf_context *dst, const gguf_context *src) {
   for (int64_t i = 0; i < gguf_get_n_kv(src); ++i) {
     const char *key = gguf_get_key(src, i);
-    if (std::strncmp(key, "tokenizer.", 10) != 0) continue;
-    const gguf_type type = gguf_get_kv_type(src, i);
-    switch (type) {
-      case GGUF_TYPE_UINT8: gguf_set_val_u8(dst, key, gguf_get_val_u8(src, i)); break;
-      case GGUF_TYPE_INT8: gguf_set_val_i8(dst, key, gguf_get_val_i8(src, i)); break;
-      case GGUF_TYPE_UINT16: gguf_set_val_u16(dst, key, gguf_get_val_u16(src, i)); break;
-      case GGUF_TYPE_INT16: gguf_set_val_i16(dst, key, gguf_get_val_i16(src, i)); break;
-      case GGUF_TYPE_UINT32: gguf_set_val_u32(dst, key, gguf_get_val_u32(src, i)); break;
-      case GGUF_TYPE_INT32: gguf_set_val_i32(dst, key, gguf_get_val_i32(src, i)); break;
-      case GGUF_TYPE_FLOAT32: gguf_set_val_f32(dst, key, gguf_get_val_f32(src, i)); break;
-      case GGUF_TYPE_UINT64: gguf_set_val_u64(dst, key, gguf_get_val_u64(src, i)); break;
-      case GGUF_TYPE_INT64: gguf_set_val_i64(dst, key, gguf_get_val_i64(src, i)); break;
-      case GGUF_TYPE_FLOAT64: gguf_set_val_f64(dst, key, gguf_get_val_f64(src, i)); break;
-      case GGUF_TYPE_BOOL: gguf_set_val_bool(dst, key, gguf_get_val_bool(src, i)); break;
-      case GGUF_TYPE_STRING: gguf_set_val_str(dst, key, gguf_get_val_str(src, i)); break;
-      case GGUF_TYPE_ARRAY: {
-        const gguf_type at = gguf_get_arr_type(src, i);
-        const std::size_t n = gguf_get_arr_n(src, i);
-        if (at == GGUF_TYPE_STRING) {
-          std::vector<const char *> strs(n);
-          for (std::size_t j = 0; j < n; ++j) strs[j] = gguf_get_arr_str(src, i, j);
-          gguf_set_arr_str(dst, key, strs.data(), n);
-        } else {
-          gguf_set_arr_data(dst, key, at, gguf_get_arr_data(src, i), n);
-        }
-        break;
-      }
-      default: detail::fail(Errc::corrupt, fmt::format("vocabulary key '{}' has unknown type {}", key, int(type)));
-    }
+    if (std::strncmp(key, "tokenizer.", 10) == 0) detail::gguf_copy_key(dst, key, src, i, "vocabulary key");
   }
 }
 

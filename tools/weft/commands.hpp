@@ -7,6 +7,7 @@ namespace weft_cli {
 
 void add_make_model(CLI::App &app);
 void add_make_adapter(CLI::App &app);
+void add_make_mmproj(CLI::App &app);
 void add_corpus(CLI::App &app);
 void add_info(CLI::App &app);
 void add_demo(CLI::App &app);

@@ -19,6 +19,7 @@ int main(int argc, char **argv) {
   });
   weft_cli::add_make_model(app);
   weft_cli::add_make_adapter(app);
+  weft_cli::add_make_mmproj(app);
   weft_cli::add_corpus(app);
   weft_cli::add_info(app);
   weft_cli::add_demo(app);
