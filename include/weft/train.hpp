@@ -1,6 +1,7 @@
 // weft/train.hpp — the `npc` model: a seeded procedural corpus of NPC
 // dialogue and a small llama-architecture model trained on it on the CPU with
-// llama.cpp's public training API (llama_opt_init / llama_opt_epoch).
+// a training graph of weft's own (ggml + ggml-opt) in which every tensor
+// trains, written as a GGUF that stock llama.cpp loads.
 //
 // No trained weights can be downloaded where weft is built, and random
 // weights print gibberish; this gives the demo a model that speaks in the
@@ -53,13 +54,18 @@ struct TrainParams {
   int n_head = 4;           // default 4
   int n_ff = 384;           // default 384
   int n_ctx = 256;          // training window in tokens; default 256 (a multiple of 256: llama.cpp pads contexts)
-  int n_batch = 32;         // tokens per optimizer step; default 32; divides n_ctx
-  int epochs = 6;           // default 6
-  float lr = 2e-4f;         // peak AdamW learning rate; default 2e-4
-  float lr_min = 2e-5f;     // end of the cosine decay; default 2e-5
+  int n_batch = 256;        // tokens per optimizer step: 1 .. 64 whole windows of n_ctx, or a divisor of n_ctx
+                            // (then sequences of n_batch tokens: less context); default 256
+  int epochs = 12;          // default 12
+  float lr = 2e-3f;         // peak AdamW learning rate; default 2e-3
+  float lr_min = 2e-4f;     // end of the cosine decay; default 2e-4
   int warmup_steps = 50;    // linear warm-up, in optimizer steps; default 50
   float weight_decay = 0.0f;  // AdamW; default 0
   float eval_share = 0.05f;   // held-out share of dialogues, in (0, 0.5]; default 0.05
+  // Initial std of token_embd and of attn_k/attn_v; default 0 = the
+  // preset's 0.02, as every other matrix.
+  float init_std_embd = 0.0f;
+  float init_std_kv = 0.0f;
   int n_threads = 0;          // default 0 = all hardware threads
   // Output GGUF (f32). Required. Written atomically: nothing appears at
   // `out` unless training finished.
@@ -70,8 +76,8 @@ struct TrainParams {
   // the SPM space prefix so that a prompt starting a line tokenizes as that
   // line did in training.
   std::string vocab;
-  // Called after every 4 training windows (n_ctx / n_batch optimizer steps
-  // each; about a second with the defaults on 2 cores). Default none.
+  // Called after every 4 training windows (or every optimizer step, if it
+  // takes more) and at the end of each epoch. Default none.
   std::function<void(const TrainProgress &)> on_progress;
   // Polled as often as on_progress is called; returning true stops training
   // with Errc::cancelled and writes nothing. Default none.

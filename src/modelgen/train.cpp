@@ -1,7 +1,7 @@
-// weft::train_npc_model: trains the `npc` preset with llama.cpp's public
-// training API (llama_opt_init / llama_opt_epoch), as llama.cpp's
-// examples/training/finetune.cpp does, with weft's own corpus, window order
-// and learning-rate schedule.
+// weft::train_npc_model: trains the `npc` preset on weft's own llama
+// training graph (train_graph.hpp: ggml + ggml-opt, every tensor trained),
+// with weft's own corpus, window order and learning-rate schedule, and writes
+// it as the same llama-architecture GGUF the random presets use.
 #include <ggml-opt.h>
 #include <gguf.h>
 #include <llama.h>
@@ -23,6 +23,7 @@
 #include "core/internal.hpp"
 #include "modelgen/model_writer.hpp"
 #include "modelgen/splitmix.hpp"
+#include "modelgen/train_graph.hpp"
 #include "weft/train.hpp"
 
 namespace weft {
@@ -32,21 +33,15 @@ namespace {
 // TrainParams produces, so cached models are not reused across versions.
 // 2: the fitted vocabulary (npc_vocab.hpp) by default.
 // 3: 6 epochs by default (the key holds the epochs too; bumped for clarity).
-constexpr int kTrainerVersion = 3;
+// 4: weft's own training graph (every tensor trains), small-scale init.
+constexpr int kTrainerVersion = 4;
 
 struct ModelFree {
   void operator()(llama_model *m) const { llama_model_free(m); }
 };
-struct ContextFree {
-  void operator()(llama_context *c) const { llama_free(c); }
-};
-struct DatasetFree {
-  void operator()(ggml_opt_dataset *d) const { ggml_opt_dataset_free(d); }
-};
 struct ResultFree {
   void operator()(ggml_opt_result *r) const { ggml_opt_result_free(r); }
 };
-using DatasetPtr = std::unique_ptr<ggml_opt_dataset, DatasetFree>;
 using ResultPtr = std::unique_ptr<ggml_opt_result, ResultFree>;
 
 // Removes a scratch file on every exit path.
@@ -90,8 +85,11 @@ void check_params(const TrainParams &p) {
   if (p.n_ctx < 256 || p.n_ctx > 8192 || p.n_ctx % 256 != 0) {
     bad(fmt::format("TrainParams.n_ctx = {} (expected a multiple of 256 in 256 .. 8192)", p.n_ctx));
   }
-  if (p.n_batch < 1 || p.n_ctx % p.n_batch != 0) {
-    bad(fmt::format("TrainParams.n_batch = {} (expected a divisor of n_ctx = {})", p.n_batch, p.n_ctx));
+  const bool divisor = p.n_batch >= 1 && p.n_batch <= p.n_ctx && p.n_ctx % p.n_batch == 0;
+  const bool whole = p.n_batch >= p.n_ctx && p.n_batch % p.n_ctx == 0 && p.n_batch / p.n_ctx <= 64;
+  if (!divisor && !whole) {
+    bad(fmt::format("TrainParams.n_batch = {} (expected a divisor of n_ctx = {}, or 1 .. 64 whole windows of it)",
+                    p.n_batch, p.n_ctx));
   }
   if (p.epochs < 1 || p.epochs > 1000) bad(fmt::format("TrainParams.epochs = {} (expected 1 .. 1000)", p.epochs));
   if (!(p.lr > 0 && p.lr <= 1)) bad(fmt::format("TrainParams.lr = {} (expected in (0, 1])", p.lr));
@@ -99,6 +97,10 @@ void check_params(const TrainParams &p) {
   if (p.warmup_steps < 1) bad(fmt::format("TrainParams.warmup_steps = {} (expected >= 1)", p.warmup_steps));
   if (!(p.weight_decay >= 0 && p.weight_decay <= 1)) {
     bad(fmt::format("TrainParams.weight_decay = {} (expected 0 .. 1)", p.weight_decay));
+  }
+  if (!(p.init_std_embd >= 0 && p.init_std_embd <= 10 && p.init_std_kv >= 0 && p.init_std_kv <= 10)) {
+    bad(fmt::format("TrainParams.init_std_embd = {}, init_std_kv = {} (expected 0 .. 10)", p.init_std_embd,
+                    p.init_std_kv));
   }
   if (!(p.eval_share > 0 && p.eval_share <= 0.5f)) {
     bad(fmt::format("TrainParams.eval_share = {} (expected in (0, 0.5])", p.eval_share));
@@ -115,55 +117,54 @@ std::vector<std::vector<llama_token>> windows(const std::vector<llama_token> &st
   return w;
 }
 
-DatasetPtr make_dataset(const std::vector<std::vector<llama_token>> &w, const std::vector<std::size_t> &order,
-                        std::size_t first, std::size_t count, int n_ctx) {
-  DatasetPtr ds(ggml_opt_dataset_init(GGML_TYPE_I32, GGML_TYPE_I32, n_ctx, n_ctx, static_cast<int64_t>(count), 1));
-  auto *data = static_cast<llama_token *>(ggml_opt_dataset_data(ds.get())->data);
-  auto *labels = static_cast<llama_token *>(ggml_opt_dataset_labels(ds.get())->data);
-  for (std::size_t i = 0; i < count; ++i) {
-    const auto &src = w[order[first + i]];
-    std::copy(src.begin(), src.begin() + n_ctx, data + i * n_ctx);
-    std::copy(src.begin() + 1, src.end(), labels + i * n_ctx);
-  }
-  return ds;
-}
-
-std::pair<double, double> loss_accuracy(ggml_opt_result *r) {
+std::pair<double, double> loss_accuracy(ggml_opt_result_t r) {
   double loss = 0, acc = 0, unc = 0;
   ggml_opt_result_loss(r, &loss, &unc);
   ggml_opt_result_accuracy(r, &acc, &unc);
   return {loss, acc};
 }
 
-// Forward passes only over the held-out windows.
-std::pair<double, double> evaluate(llama_context *ctx, const std::vector<std::vector<llama_token>> &w, int n_ctx) {
+// The inputs and next-token labels of `count` windows, one after another.
+void gather(const std::vector<std::vector<llama_token>> &w, const std::size_t *idx, std::size_t count, int n_ctx,
+            std::vector<std::int32_t> &tokens, std::vector<std::int32_t> &labels) {
+  tokens.resize(count * static_cast<std::size_t>(n_ctx));
+  labels.resize(tokens.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto &src = w[idx[i]];
+    std::copy(src.begin(), src.begin() + n_ctx, tokens.begin() + static_cast<std::ptrdiff_t>(i * n_ctx));
+    std::copy(src.begin() + 1, src.end(), labels.begin() + static_cast<std::ptrdiff_t>(i * n_ctx));
+  }
+}
+
+// Forward passes only over the held-out windows (whole steps of n_seq).
+std::pair<double, double> evaluate(detail::NpcGraph &graph, const std::vector<std::vector<llama_token>> &w, int n_ctx,
+                                   std::size_t n_seq) {
   std::vector<std::size_t> order(w.size());
   std::iota(order.begin(), order.end(), 0);
-  DatasetPtr ds = make_dataset(w, order, 0, w.size(), n_ctx);
-  ResultPtr train(ggml_opt_result_init()), eval(ggml_opt_result_init());
-  llama_opt_epoch(ctx, ds.get(), train.get(), eval.get(), /*idata_split=*/0, nullptr, nullptr);
+  ResultPtr eval(ggml_opt_result_init());
+  std::vector<std::int32_t> tokens, labels;
+  for (std::size_t first = 0; first + n_seq <= w.size(); first += n_seq) {
+    gather(w, order.data() + first, n_seq, n_ctx, tokens, labels);
+    graph.forward(tokens.data(), labels.data(), eval.get());
+  }
   return loss_accuracy(eval.get());
 }
 
-// Rewrites llama.cpp's saved GGUF with weft's provenance keys, atomically.
-void write_final(const std::string &saved, const TrainParams &p, const std::string &key) {
-  ggml_context *data_ctx = nullptr;
-  gguf_init_params gp{/*no_alloc=*/false, &data_ctx};
-  detail::GgufPtr g(gguf_init_from_file(saved.c_str(), gp));
-  detail::GgmlPtr data(data_ctx);
-  if (!g) detail::fail(Errc::io, fmt::format("could not read back the trained model '{}'", saved));
-  gguf_set_val_str(g.get(), "general.name", fmt::format("weft-npc-seed{}", p.seed).c_str());
-  gguf_set_val_str(g.get(), "weft.preset", "npc");
-  gguf_set_val_u64(g.get(), "weft.seed", p.seed);
-  gguf_set_val_u64(g.get(), "weft.corpus_seed", p.corpus.seed);
-  gguf_set_val_str(g.get(), "weft.train_key", key.c_str());
+// Writes the trained weights (in `data`, laid out as the initial GGUF `g`)
+// with weft's provenance keys, atomically.
+void write_final(gguf_context *g, ggml_context *data, const TrainParams &p, const std::string &key) {
+  gguf_set_val_str(g, "general.name", fmt::format("weft-npc-seed{}", p.seed).c_str());
+  gguf_set_val_str(g, "weft.preset", "npc");
+  gguf_set_val_u64(g, "weft.seed", p.seed);
+  gguf_set_val_u64(g, "weft.corpus_seed", p.corpus.seed);
+  gguf_set_val_str(g, "weft.train_key", key.c_str());
 
   detail::TempFile file(p.out);
-  detail::write_gguf_meta(file, g.get());
-  for (int64_t i = 0; i < gguf_get_n_tensors(g.get()); ++i) {
-    const ggml_tensor *t = ggml_get_tensor(data.get(), gguf_get_tensor_name(g.get(), i));
-    if (t == nullptr) detail::fail(Errc::io, fmt::format("trained model '{}' lost tensor {}", saved, i));
-    detail::write_gguf_tensor(file, g.get(), t->data, ggml_nbytes(t));
+  detail::write_gguf_meta(file, g);
+  for (int64_t i = 0; i < gguf_get_n_tensors(g); ++i) {
+    const ggml_tensor *t = ggml_get_tensor(data, gguf_get_tensor_name(g, i));
+    if (t == nullptr) detail::fail(Errc::io, fmt::format("the trained model lost tensor {}", i));
+    detail::write_gguf_tensor(file, g, t->data, ggml_nbytes(t));
   }
   file.commit();
 }
@@ -171,11 +172,13 @@ void write_final(const std::string &saved, const TrainParams &p, const std::stri
 }  // namespace
 
 std::string npc_model_key(const TrainParams &p) {
-  const std::string spec =
+  std::string spec =
       fmt::format("v{} corpus={}:{} seed={} shape={}x{}x{}x{} ctx={}/{} epochs={} lr={}:{}:{} wd={} eval={}",
                   kTrainerVersion, p.corpus.seed, p.corpus.target_bytes, p.seed, p.n_layer, p.n_embd, p.n_head,
                   p.n_ff, p.n_ctx, p.n_batch, p.epochs, p.lr, p.lr_min, p.warmup_steps, p.weight_decay,
                   p.eval_share);
+  // Default init scales add nothing, so default keys stay as they were.
+  if (p.init_std_embd != 0 || p.init_std_kv != 0) spec += fmt::format(" init={}:{}", p.init_std_embd, p.init_std_kv);
   // The default vocabulary adds nothing, so default keys stay as they were.
   const std::string keyed = p.vocab.empty() ? spec : spec + " vocab=" + p.vocab;
   std::uint64_t h = 1469598103934665603ull;
@@ -198,13 +201,13 @@ TrainReport train_npc_model(const TrainParams &p) {
                                                      dialogues.size(), n_eval));
   }
 
-  // Initial weights go through the same writer as the random presets.
+  // Initial weights go through the same writer as the random presets; the
+  // trained ones are written back into the same GGUF layout.
   ScratchFile init{fmt::format("{}.init.{}.gguf", p.out, ::getpid())};
   std::error_code ec_ignored;
   ModelShape shape{p.n_layer, p.n_embd, p.n_head, p.n_head, p.n_ff, p.n_ctx, false, WeightType::f32};
-  // llama.cpp's training leaves token_embd frozen, and the KV cache cuts the
-  // gradient to attn_k/attn_v: those stay at their initial values, so they
-  // start at unit scale (random features that neither vanish nor need to grow).
+  // Every tensor trains, so all start at the preset's small scale (std 0.02;
+  // init_std_embd / init_std_kv override it for token_embd and attn_k/attn_v).
   detail::write_random_model({.shape = shape,
                               .type = WeightType::f32,
                               .preset = "npc",
@@ -213,12 +216,17 @@ TrainReport train_npc_model(const TrainParams &p) {
                               .vocab = p.vocab,
                               .fitted_vocab = p.vocab.empty(),
                               .on_progress = {},
-                              .std_embd = 1.0f,
-                              .std_kv = 1.0f / std::sqrt(static_cast<float>(p.n_embd))});
+                              .std_embd = p.init_std_embd,
+                              .std_kv = p.init_std_kv});
 
+  ggml_context *data_ctx = nullptr;
+  gguf_init_params gp{/*no_alloc=*/false, &data_ctx};
+  detail::GgufPtr g(gguf_init_from_file(init.path.c_str(), gp));
+  detail::GgmlPtr data(data_ctx);
+  if (!g) detail::fail(Errc::io, fmt::format("could not read back the initial npc model '{}'", init.path));
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
-  mp.load_mode = LLAMA_LOAD_MODE_NONE;  // training writes the weights in place
+  mp.vocab_only = true;  // the tokenizer; the weights live in `data`
   std::unique_ptr<llama_model, ModelFree> model(llama_model_load_from_file(init.path.c_str(), mp));
   if (!model) detail::fail(Errc::io, fmt::format("could not load the initial npc model: {}", detail::take_llama_error()));
   // The weights now live in memory: drop the file at once, so a run killed
@@ -238,61 +246,53 @@ TrainReport train_npc_model(const TrainParams &p) {
     auto &dst = i + n_eval < dialogues.size() ? train_stream : eval_stream;
     dst.insert(dst.end(), buf.begin(), buf.begin() + n);
   }
-  const auto train_w = windows(train_stream, p.n_ctx);
-  const auto eval_w = windows(eval_stream, p.n_ctx);
-  if (train_w.empty() || eval_w.empty()) {
+  // Sequences of n_ctx tokens, n_batch / n_ctx of them per optimizer step; a
+  // smaller n_batch trains on sequences of n_batch tokens (less context).
+  const int seq_len = std::min(p.n_ctx, p.n_batch);
+  const std::size_t n_seq = static_cast<std::size_t>(p.n_batch / seq_len);
+  const auto train_w = windows(train_stream, seq_len);
+  const auto eval_w = windows(eval_stream, seq_len);
+  if (train_w.size() < n_seq || eval_w.size() < n_seq) {
     detail::fail(Errc::invalid_argument,
                  fmt::format("CorpusParams.target_bytes = {} gives {} training and {} held-out windows of {} tokens; "
-                             "need at least one of each", p.corpus.target_bytes, train_w.size(), eval_w.size(), p.n_ctx));
+                             "need at least {} of each", p.corpus.target_bytes, train_w.size(), eval_w.size(), seq_len,
+                             n_seq));
   }
-  report.train_tokens = static_cast<std::int64_t>(train_w.size()) * p.n_ctx;
-  report.eval_tokens = static_cast<std::int64_t>(eval_w.size()) * p.n_ctx;
+  const std::size_t steps_per_epoch = train_w.size() / n_seq;
+  report.train_tokens = static_cast<std::int64_t>(steps_per_epoch) * p.n_batch;
+  report.eval_tokens = static_cast<std::int64_t>(eval_w.size() / n_seq) * p.n_batch;
 
-  llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = static_cast<uint32_t>(p.n_ctx);
-  cp.n_batch = static_cast<uint32_t>(p.n_batch);
-  cp.n_ubatch = static_cast<uint32_t>(p.n_batch);
-  cp.n_seq_max = 1;
   const int threads = p.n_threads > 0 ? p.n_threads : std::max(1u, std::thread::hardware_concurrency());
-  cp.n_threads = cp.n_threads_batch = threads;
-  cp.type_k = cp.type_v = GGML_TYPE_F32;  // OUT_PROD has no f16 backward
-  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;  // FLASH_ATTN_EXT has no backward pass
-  std::unique_ptr<llama_context, ContextFree> ctx(llama_init_from_model(model.get(), cp));
-  if (!ctx) detail::fail(Errc::backend, fmt::format("could not create a training context: {}", detail::take_llama_error()));
+  Schedule schedule{&p, static_cast<std::int64_t>(steps_per_epoch) * p.epochs, 0};
+  detail::NpcGraph graph(g.get(), data.get(),
+                         {.n_ctx = seq_len, .n_seq = static_cast<int>(n_seq), .n_threads = threads,
+                          .get_opt_pars = &Schedule::call, .get_opt_pars_ud = &schedule});
 
-  const std::int64_t steps_per_window = p.n_ctx / p.n_batch;
-  Schedule schedule{&p, static_cast<std::int64_t>(train_w.size()) * steps_per_window * p.epochs, 0};
-  llama_opt_params op{};
-  op.n_ctx_train = static_cast<uint32_t>(p.n_ctx);
-  op.param_filter = llama_opt_param_filter_all;
-  op.param_filter_ud = nullptr;
-  op.get_opt_pars = &Schedule::call;
-  op.get_opt_pars_ud = &schedule;
-  op.optimizer_type = GGML_OPT_OPTIMIZER_TYPE_ADAMW;
-  llama_opt_init(ctx.get(), model.get(), op);
+  std::tie(report.eval_loss_before, report.eval_accuracy_before) = evaluate(graph, eval_w, seq_len, n_seq);
 
-  std::tie(report.eval_loss_before, report.eval_accuracy_before) = evaluate(ctx.get(), eval_w, p.n_ctx);
-
-  // Small chunks of windows per llama_opt_epoch call: progress and
-  // cancellation between them, and weft's own shuffled order every epoch.
-  constexpr std::size_t kChunk = 4;
+  // Progress and cancellation every 4 windows or so; weft's own shuffled
+  // order every epoch.
+  const std::size_t steps_per_report = std::max<std::size_t>(1, 4 / n_seq);
   detail::SplitMix64 rng{p.seed ^ 0x747261696e6f7264ull};
   std::vector<std::size_t> order(train_w.size());
-  const double total_windows = double(train_w.size()) * p.epochs;
+  std::vector<std::int32_t> tokens, labels;
+  const double total_steps = double(steps_per_epoch) * p.epochs;
   for (int epoch = 0; epoch < p.epochs; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
     for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.next() % i]);
-    ResultPtr train(ggml_opt_result_init()), eval(ggml_opt_result_init());
-    for (std::size_t first = 0; first < order.size(); first += kChunk) {
-      if (p.cancel && p.cancel()) detail::fail(Errc::cancelled, "training the npc model was cancelled");
-      const std::size_t count = std::min(kChunk, order.size() - first);
-      DatasetPtr ds = make_dataset(train_w, order, first, count, p.n_ctx);
-      llama_opt_epoch(ctx.get(), ds.get(), train.get(), eval.get(), static_cast<int64_t>(count), nullptr, nullptr);
-      if (p.on_progress) {
+    ResultPtr train(ggml_opt_result_init());
+    for (std::size_t step = 0; step < steps_per_epoch; ++step) {
+      if (step % steps_per_report == 0 && p.cancel && p.cancel()) {
+        detail::fail(Errc::cancelled, "training the npc model was cancelled");
+      }
+      gather(train_w, order.data() + step * n_seq, n_seq, seq_len, tokens, labels);
+      graph.train_step(tokens.data(), labels.data(), train.get());
+      const bool last = step + 1 == steps_per_epoch;
+      if (p.on_progress && ((step + 1) % steps_per_report == 0 || last)) {
         TrainProgress pr;
         pr.epoch = epoch;
         pr.epochs = p.epochs;
-        pr.fraction = (double(epoch) * double(order.size()) + double(first + count)) / total_windows;
+        pr.fraction = last && epoch + 1 == p.epochs ? 1.0 : (double(epoch) * double(steps_per_epoch) + double(step + 1)) / total_steps;
         std::tie(pr.train_loss, pr.train_accuracy) = loss_accuracy(train.get());
         p.on_progress(pr);
       }
@@ -300,11 +300,10 @@ TrainReport train_npc_model(const TrainParams &p) {
     std::tie(report.train_loss, report.train_accuracy) = loss_accuracy(train.get());
   }
   report.optimizer_steps = schedule.step;
-  std::tie(report.eval_loss, report.eval_accuracy) = evaluate(ctx.get(), eval_w, p.n_ctx);
+  std::tie(report.eval_loss, report.eval_accuracy) = evaluate(graph, eval_w, seq_len, n_seq);
 
-  ScratchFile saved{fmt::format("{}.trained.{}.gguf", p.out, ::getpid())};
-  llama_model_save_to_file(model.get(), saved.path.c_str());
-  write_final(saved.path, p, npc_model_key(p));
+  graph.store(data.get());
+  write_final(g.get(), data.get(), p, npc_model_key(p));
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
 }

@@ -5,12 +5,18 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include <gguf.h>
+#include <llama.h>
+
 #include "cli_run.hpp"
 #include "common.hpp"
+#include "modelgen/model_writer.hpp"
+#include "modelgen/train_graph.hpp"
 #include "reference.hpp"
 
 using weft_test::throws_weft;
@@ -27,11 +33,11 @@ weft::TrainParams small_run(const std::filesystem::path &out) {
   t.n_head = 2;
   t.n_ff = 64;
   t.n_ctx = 256;
-  t.n_batch = 32;
-  t.epochs = 1;
-  t.lr = 1e-3f;
-  t.lr_min = 1e-4f;
-  t.warmup_steps = 10;
+  t.n_batch = 256;
+  t.epochs = 3;
+  t.lr = 3e-3f;
+  t.lr_min = 3e-4f;
+  t.warmup_steps = 5;
   t.eval_share = 0.1f;
   t.out = out.string();
   return t;
@@ -118,7 +124,7 @@ TEST(Train, ShortRunLowersHeldOutLossAndWritesALoadableModel) {
   EXPECT_LT(r.eval_loss, r.eval_loss_before - 2.0);
   EXPECT_GT(r.eval_accuracy, r.eval_accuracy_before + 0.10);
   EXPECT_GT(r.train_tokens, 4 * r.eval_tokens);
-  EXPECT_EQ(r.optimizer_steps, r.train_tokens / t.n_batch);
+  EXPECT_EQ(r.optimizer_steps, t.epochs * r.train_tokens / t.n_batch);
   ASSERT_FALSE(fractions.empty());
   EXPECT_TRUE(std::is_sorted(fractions.begin(), fractions.end()));
   EXPECT_DOUBLE_EQ(fractions.back(), 1.0);
@@ -166,6 +172,80 @@ TEST(Train, ShortRunLowersHeldOutLossAndWritesALoadableModel) {
   // Chance is 1/32000; the trainer's own held-out figure is the yardstick.
   EXPECT_GT(acc, 0.15) << right << "/" << total;
   EXPECT_NEAR(acc, r.eval_accuracy, 0.1) << right << "/" << total << ", trainer says " << r.eval_accuracy;
+}
+
+// weft's training graph is llama.cpp's llama architecture: its forward pass
+// over a window of a trained model gives the logits stock llama.cpp decodes
+// from the written GGUF, token for token.
+TEST(Train, TrainingGraphForwardEqualsLlamaCppLogits) {
+  auto dir = weft_test::temp_dir("train-graph");
+  auto t = small_run(dir / "npc.gguf");
+  t.corpus.target_bytes = 12'000;
+  t.n_layer = 2;
+  weft::train_npc_model(t);
+
+  ggml_context *data_ctx = nullptr;
+  gguf_init_params gp{/*no_alloc=*/false, &data_ctx};
+  weft::detail::GgufPtr g(gguf_init_from_file(t.out.c_str(), gp));
+  weft::detail::GgmlPtr data(data_ctx);
+  ASSERT_TRUE(g);
+  constexpr int kCtx = 256;
+  weft::detail::NpcGraph graph(g.get(), data.get(), {.n_ctx = kCtx, .n_seq = 1, .n_threads = 2});
+
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = 0;
+  llama_model *model = llama_model_load_from_file(t.out.c_str(), mp);
+  ASSERT_NE(model, nullptr);
+  const std::string text = weft::make_npc_corpus({.seed = 77, .target_bytes = 2'000});
+  std::vector<llama_token> tokens(text.size() + 2);
+  const int n = llama_tokenize(llama_model_get_vocab(model), text.data(), static_cast<int32_t>(text.size()),
+                               tokens.data(), static_cast<int32_t>(tokens.size()), true, false);
+  ASSERT_GE(n, kCtx);
+  tokens.resize(kCtx);
+  graph.forward(tokens.data(), tokens.data(), nullptr);
+  const auto ours = graph.logits();
+  const int n_vocab = graph.n_vocab();
+  ASSERT_EQ(ours.size(), std::size_t(kCtx) * std::size_t(n_vocab));
+
+  auto cp = llama_context_default_params();
+  cp.n_ctx = kCtx;
+  cp.n_batch = cp.n_ubatch = kCtx;
+  cp.n_seq_max = 1;
+  cp.n_threads = cp.n_threads_batch = 2;
+  cp.type_k = cp.type_v = GGML_TYPE_F32;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.no_perf = true;
+  llama_context *ctx = llama_init_from_model(model, cp);
+  ASSERT_NE(ctx, nullptr);
+  llama_batch batch = llama_batch_init(kCtx, 0, 1);
+  for (int i = 0; i < kCtx; ++i) {
+    batch.token[i] = tokens[static_cast<std::size_t>(i)];
+    batch.pos[i] = i;
+    batch.n_seq_id[i] = 1;
+    batch.seq_id[i][0] = 0;
+    batch.logits[i] = 1;
+  }
+  batch.n_tokens = kCtx;
+  ASSERT_EQ(llama_decode(ctx, batch), 0);
+  double max_diff = 0, max_abs = 0;
+  int same_argmax = 0;
+  for (int i = 0; i < kCtx; ++i) {
+    const float *ref = llama_get_logits_ith(ctx, i);
+    const float *got = ours.data() + std::size_t(i) * std::size_t(n_vocab);
+    for (int v = 0; v < n_vocab; ++v) {
+      max_diff = std::max(max_diff, double(std::fabs(ref[v] - got[v])));
+      max_abs = std::max(max_abs, double(std::fabs(ref[v])));
+    }
+    same_argmax += std::max_element(ref, ref + n_vocab) == ref + (std::max_element(got, got + n_vocab) - got) ? 1 : 0;
+  }
+  llama_batch_free(batch);
+  llama_free(ctx);
+  llama_model_free(model);
+  std::printf("weft graph vs llama.cpp over %d tokens x %d logits: max |diff| %.3g, max |logit| %.3g\n", kCtx, n_vocab,
+              max_diff, max_abs);
+  EXPECT_GT(max_abs, 1.0);  // trained logits, not a flat distribution
+  EXPECT_LT(max_diff, 1e-3 * max_abs) << "max |llama.cpp - weft graph| = " << max_diff << " of " << max_abs;
+  EXPECT_EQ(same_argmax, kCtx);
 }
 
 TEST(Train, FittedVocabularyTokenizesCorpusWordsWholeAndRoundTripsAnyText) {
@@ -249,6 +329,8 @@ TEST(Train, BadParametersAreTypedErrorsNamingTheValue) {
   EXPECT_TRUE(throws_weft(with([](P &t) { t.out.clear(); }), weft::Errc::invalid_argument, "out is empty"));
   EXPECT_TRUE(throws_weft(with([](P &t) { t.n_ctx = 300; }), weft::Errc::invalid_argument, "n_ctx = 300"));
   EXPECT_TRUE(throws_weft(with([](P &t) { t.n_batch = 100; }), weft::Errc::invalid_argument, "n_batch = 100"));
+  EXPECT_TRUE(throws_weft(with([](P &t) { t.n_batch = 65 * 256; }), weft::Errc::invalid_argument, "n_batch = 16640"));
+  EXPECT_TRUE(throws_weft(with([](P &t) { t.init_std_kv = -1; }), weft::Errc::invalid_argument, "init_std_kv = -1"));
   EXPECT_TRUE(throws_weft(with([](P &t) { t.n_embd = 30; }), weft::Errc::invalid_argument, "n_embd = 30"));
   EXPECT_TRUE(throws_weft(with([](P &t) { t.epochs = 0; }), weft::Errc::invalid_argument, "epochs = 0"));
   EXPECT_TRUE(throws_weft(with([](P &t) { t.lr = -1; }), weft::Errc::invalid_argument, "lr = -1"));
@@ -277,7 +359,9 @@ TEST(Train, KeyCoversEveryParameterThatChangesTheWeights) {
   EXPECT_TRUE(differs([](P &t) { t.n_embd = 64; }));
   EXPECT_TRUE(differs([](P &t) { t.epochs = 9; }));
   EXPECT_TRUE(differs([](P &t) { t.lr = 1e-4f; }));
-  EXPECT_TRUE(differs([](P &t) { t.n_batch = 64; }));
+  EXPECT_TRUE(differs([](P &t) { t.n_batch = 512; }));
+  EXPECT_TRUE(differs([](P &t) { t.init_std_embd = 1; }));
+  EXPECT_TRUE(differs([](P &t) { t.init_std_kv = 0.1f; }));
   EXPECT_TRUE(differs([](P &t) { t.vocab = "other-vocab.gguf"; }));
   // What does not change the weights does not change the key.
   weft::TrainParams same;
@@ -290,7 +374,7 @@ TEST(Train, CliCachesTheTrainedModelByContent) {
   auto dir = weft_test::temp_dir("train-cli");
   const std::string env = "WEFT_CACHE_DIR=" + (dir / "cache").string() + " ";
   const std::string args = " make-model --preset npc --seed 3 --corpus-bytes 24000 --epochs 1 --layers 1 --embd 32 "
-                           "--heads 2 --ff 64 --train-batch 32 --lr 0.001 --warmup 10 --out ";
+                           "--heads 2 --ff 64 --train-batch 256 --lr 0.001 --warmup 10 --out ";
   const auto a = weft_test::run_cli_env(env, args + (dir / "a.gguf").string());
   ASSERT_EQ(a.status, 0) << a.output;
   EXPECT_NE(a.output.find("training the npc model"), std::string::npos) << a.output;
