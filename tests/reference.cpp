@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <mutex>
 
 namespace weft_test {
 
@@ -43,16 +44,25 @@ double cached_measurement(const std::string &name, const std::string &key, const
 }
 
 double batch_noise_floor(const weft::Model &m) {
-  // Minutes under TSan: once per build tree, keyed by the model's identity.
-  static const double floor = cached_measurement("noise-floor.txt", fmt::format("{:016x}", m.fingerprint()),
-                                                 [&m] { return measure_noise_floor(m); });
-  return floor;
+  // Minutes under TSan: once per build tree, keyed by the model's identity
+  // (and remembered per process, per model).
+  static std::mutex mu;
+  static std::map<std::uint64_t, double> seen;
+  std::lock_guard lock(mu);
+  if (auto it = seen.find(m.fingerprint()); it != seen.end()) return it->second;
+  return seen[m.fingerprint()] = cached_measurement("noise-floor.txt", fmt::format("{:016x}", m.fingerprint()),
+                                                    [&m] { return measure_noise_floor(m); });
 }
 
 double measure_noise_floor(const weft::Model &m) {
-  static const double floor = measure_batch_noise(
-      m, 16, [](llama_context *) {}, [&m](const std::vector<weft::Token> &t) { return reference_logits(m, t); });
-  return floor;
+  // Per model: a process may measure several (the quantised-weights test
+  // does q8_0 and q4_0); one static would hand every later model the first one's.
+  static std::mutex mu;
+  static std::map<std::uint64_t, double> floors;
+  std::lock_guard lock(mu);
+  if (auto it = floors.find(m.fingerprint()); it != floors.end()) return it->second;
+  return floors[m.fingerprint()] = measure_batch_noise(
+             m, 16, [](llama_context *) {}, [&m](const std::vector<weft::Token> &t) { return reference_logits(m, t); });
 }
 
 double measure_batch_noise(const weft::Model &m, int scenarios, const std::function<void(llama_context *)> &setup,
