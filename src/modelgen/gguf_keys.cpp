@@ -10,6 +10,12 @@
 
 namespace weft::detail {
 
+std::string gguf_str(const gguf_context *g, const char *key) {
+  const int64_t id = gguf_find_key(g, key);
+  if (id < 0 || gguf_get_kv_type(g, id) != GGUF_TYPE_STRING) return {};
+  return gguf_get_val_str(g, id);
+}
+
 std::int64_t gguf_int(const gguf_context *g, const std::string &key) {
   const int64_t id = gguf_find_key(g, key.c_str());
   if (id < 0) return -1;

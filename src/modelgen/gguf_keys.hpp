@@ -10,6 +10,8 @@ struct gguf_context;
 
 namespace weft::detail {
 
+// A string key; empty when absent or not a string.
+std::string gguf_str(const gguf_context *g, const char *key);
 // An integer key of any integer type; -1 when absent or not an integer.
 std::int64_t gguf_int(const gguf_context *g, const std::string &key);
 

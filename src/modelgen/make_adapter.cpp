@@ -73,12 +73,7 @@ constexpr int kProbeTokens = 32;
 // Same scheme as make_model: one splitmix64 stream per tensor.
 using detail::fill_normal;
 using detail::gguf_int;
-
-std::string get_str(const gguf_context *g, const char *key) {
-  const int64_t id = gguf_find_key(g, key);
-  if (id < 0 || gguf_get_kv_type(g, id) != GGUF_TYPE_STRING) return {};
-  return gguf_get_val_str(g, id);
-}
+using detail::gguf_str;
 
 // The base model: metadata and tensor infos (no data).
 struct Base {
@@ -142,13 +137,13 @@ Base open_base(const std::string &path) {
   b.gguf.reset(gguf_init_from_file(path.c_str(), gp));
   b.meta.reset(meta);
   if (!b.gguf) detail::fail(Errc::corrupt, fmt::format("base '{}' is not a readable GGUF model", path));
-  if (get_str(b.gguf.get(), "general.type") == "adapter" ||
+  if (gguf_str(b.gguf.get(), "general.type") == "adapter" ||
       gguf_find_key(b.gguf.get(), "controlvector.layer_count") >= 0) {
     detail::fail(Errc::invalid_argument, fmt::format("base '{}' is an adapter, not a base model", path));
   }
-  b.arch = get_str(b.gguf.get(), "general.architecture");
+  b.arch = gguf_str(b.gguf.get(), "general.architecture");
   if (b.arch.empty()) detail::fail(Errc::corrupt, fmt::format("base '{}' has no general.architecture", path));
-  b.name = get_str(b.gguf.get(), "general.name");
+  b.name = gguf_str(b.gguf.get(), "general.name");
   b.n_layer = gguf_int(b.gguf.get(), b.arch + ".block_count");
   b.n_embd = gguf_int(b.gguf.get(), b.arch + ".embedding_length");
   if (b.n_layer <= 0 || b.n_embd <= 0) {

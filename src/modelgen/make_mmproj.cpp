@@ -32,16 +32,11 @@ using detail::GgmlPtr;
 using detail::GgufPtr;
 using detail::gguf_copy_key;
 using detail::gguf_int;
+using detail::gguf_str;
 
 struct FileClose {
   void operator()(std::FILE *f) const { std::fclose(f); }
 };
-
-std::string get_str(const gguf_context *g, const char *key) {
-  const int64_t id = gguf_find_key(g, key);
-  if (id < 0 || gguf_get_kv_type(g, id) != GGUF_TYPE_STRING) return {};
-  return gguf_get_val_str(g, id);
-}
 
 // What the projector needs from the text model.
 struct TextModel {
@@ -89,7 +84,7 @@ TextModel open_text_model(const std::string &path) {
   GgmlPtr meta(meta_raw);
   if (!g) detail::fail(Errc::corrupt, fmt::format("text model '{}' is not a readable GGUF model", path));
   TextModel m;
-  m.arch = get_str(g.get(), "general.architecture");
+  m.arch = gguf_str(g.get(), "general.architecture");
   if (m.arch.empty()) detail::fail(Errc::corrupt, fmt::format("text model '{}' has no general.architecture", path));
   if (m.arch == "clip") {
     detail::fail(Errc::invalid_argument, fmt::format("'{}' is a projector (mmproj), not a text model", path));
@@ -154,16 +149,11 @@ struct TensorSpec {
   float value = 0;   // the constant (norm weights 1, biases 0)
 };
 
-std::vector<TensorSpec> gemma3_tensors(const MakeMmprojParams &p, const TextModel &text) {
-  const int64_t e = p.n_embd, ff = p.n_ff, ps = p.patch_size;
-  const int64_t side = p.image_size / p.patch_size;
+// The pre-norm ViT blocks both kinds share: LayerNorm with biases,
+// attention and a GELU FFN, the residual outputs scaled down with depth.
+void push_vision_blocks(std::vector<TensorSpec> &t, const MakeMmprojParams &p) {
+  const int64_t e = p.n_embd, ff = p.n_ff;
   const float proj = 0.02f / std::sqrt(2.0f * static_cast<float>(p.n_layer));
-  std::vector<TensorSpec> t;
-  // Patch embedding (a conv kernel [ps, ps, 3, e]) at unit gain over its
-  // 3*ps*ps inputs, so each patch's pixels dominate the learned positions.
-  t.push_back({"v.patch_embd.weight", {ps, ps, 3, e}, 1.0f / std::sqrt(float(3 * ps * ps))});
-  t.push_back({"v.patch_embd.bias", {e}, 0, true, 0});
-  t.push_back({"v.position_embd.weight", {e, side * side}, 0.1f});
   for (int l = 0; l < p.n_layer; ++l) {
     const std::string b = fmt::format("v.blk.{}.", l);
     t.push_back({b + "ln1.weight", {e}, 0, true, 1});
@@ -181,6 +171,18 @@ std::vector<TensorSpec> gemma3_tensors(const MakeMmprojParams &p, const TextMode
     t.push_back({b + "ffn_down.weight", {ff, e}, proj});
     t.push_back({b + "ffn_down.bias", {e}, 0, true, 0});
   }
+}
+
+std::vector<TensorSpec> gemma3_tensors(const MakeMmprojParams &p, const TextModel &text) {
+  const int64_t e = p.n_embd, ps = p.patch_size;
+  const int64_t side = p.image_size / p.patch_size;
+  std::vector<TensorSpec> t;
+  // Patch embedding (a conv kernel [ps, ps, 3, e]) at unit gain over its
+  // 3*ps*ps inputs, so each patch's pixels dominate the learned positions.
+  t.push_back({"v.patch_embd.weight", {ps, ps, 3, e}, 1.0f / std::sqrt(float(3 * ps * ps))});
+  t.push_back({"v.patch_embd.bias", {e}, 0, true, 0});
+  t.push_back({"v.position_embd.weight", {e, side * side}, 0.1f});
+  push_vision_blocks(t, p);
   t.push_back({"v.post_ln.weight", {e}, 0, true, 1});
   t.push_back({"v.post_ln.bias", {e}, 0, true, 0});
   // RMS-normed pooled tokens (unit RMS) times this projection give
@@ -195,30 +197,13 @@ std::vector<TensorSpec> gemma3_tensors(const MakeMmprojParams &p, const TextMode
 // learned positions (2-D M-RoPE inside attention), LayerNorm blocks with
 // biases, then 2 x 2 neighbouring patches concatenated through an MLP.
 std::vector<TensorSpec> qwen2vl_tensors(const MakeMmprojParams &p, const TextModel &text) {
-  const int64_t e = p.n_embd, ff = p.n_ff, ps = p.patch_size, merged = 4 * p.n_embd;
-  const float proj = 0.02f / std::sqrt(2.0f * static_cast<float>(p.n_layer));
+  const int64_t e = p.n_embd, ps = p.patch_size, merged = 4 * p.n_embd;
   // Each kernel at half the unit gain: their sum has it.
   const float patch = 0.5f / std::sqrt(float(3 * ps * ps));
   std::vector<TensorSpec> t;
   t.push_back({"v.patch_embd.weight", {ps, ps, 3, e}, patch});
   t.push_back({"v.patch_embd.weight.1", {ps, ps, 3, e}, patch});
-  for (int l = 0; l < p.n_layer; ++l) {
-    const std::string b = fmt::format("v.blk.{}.", l);
-    t.push_back({b + "ln1.weight", {e}, 0, true, 1});
-    t.push_back({b + "ln1.bias", {e}, 0, true, 0});
-    for (const char *m : {"attn_q", "attn_k", "attn_v"}) {
-      t.push_back({b + m + ".weight", {e, e}, 0.02f});
-      t.push_back({b + m + ".bias", {e}, 0, true, 0});
-    }
-    t.push_back({b + "attn_out.weight", {e, e}, proj});
-    t.push_back({b + "attn_out.bias", {e}, 0, true, 0});
-    t.push_back({b + "ln2.weight", {e}, 0, true, 1});
-    t.push_back({b + "ln2.bias", {e}, 0, true, 0});
-    t.push_back({b + "ffn_up.weight", {e, ff}, 0.02f});
-    t.push_back({b + "ffn_up.bias", {ff}, 0, true, 0});
-    t.push_back({b + "ffn_down.weight", {ff, e}, proj});
-    t.push_back({b + "ffn_down.bias", {e}, 0, true, 0});
-  }
+  push_vision_blocks(t, p);
   // The merger's LayerNorm (Qwen2-VL's ln_q) makes each patch unit RMS;
   // mm.0 at unit gain keeps that, GELU of unit normals has RMS ~0.65, and
   // mm.2 brings the result to the text model's token_embd RMS.
@@ -329,7 +314,7 @@ void make_qwen2vl_text_model(const std::string &base, const std::string &out) {
   GgufPtr src(gguf_init_from_file(base.c_str(), gp));
   GgmlPtr meta(meta_raw);
   if (!src) detail::fail(Errc::corrupt, fmt::format("text model '{}' is not a readable GGUF model", base));
-  const std::string arch = get_str(src.get(), "general.architecture");
+  const std::string arch = gguf_str(src.get(), "general.architecture");
   if (arch != "llama") {
     detail::fail(Errc::invalid_argument,
                  fmt::format("text model '{}' has architecture '{}'; only llama converts to qwen2vl", base, arch));
