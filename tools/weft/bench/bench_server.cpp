@@ -13,7 +13,9 @@
 #include <chrono>
 #include <csignal>
 #include <deque>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <mutex>
 #include <thread>
 
@@ -31,6 +33,32 @@
 
 namespace weft_cli::bench {
 namespace {
+
+// Whether process `pid` holds a TCP socket listening on `port` (/proc/net/tcp
+// and tcp6: the socket's inode among the process's open files).
+bool listens_on(pid_t pid, int port) {
+  std::vector<std::string> inodes;
+  for (const char *table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+      const auto colon = local.rfind(':');
+      if (state != "0A" || colon == std::string::npos) continue;  // 0A: LISTEN
+      if (std::stoi(local.substr(colon + 1), nullptr, 16) == port) inodes.push_back("socket:[" + inode + "]");
+    }
+  }
+  if (inodes.empty()) return false;
+  std::error_code ec;
+  for (const auto &fd : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    const auto target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (std::find(inodes.begin(), inodes.end(), target) != inodes.end()) return true;
+  }
+  return false;
+}
 
 // The running server, for the signal handler (one at a time).
 std::atomic<pid_t> g_server{0};
@@ -171,7 +199,9 @@ bool ServerProcess::spawn(int port) {
                                                       : fmt::format("signal {}", WTERMSIG(status)),
                                     opt_.log_path, tail));
     }
-    if (auto res = cli.Get("/health"); res && res->status == 200) return true;
+    // Another process may hold the port (it was free when picked): only
+    // the child's own listening socket counts.
+    if (auto res = cli.Get("/health"); res && res->status == 200 && listens_on(pid_, port)) return true;
     if (Clock::now() > deadline) {
       stop();
       throw weft::Error(weft::Errc::backend,
