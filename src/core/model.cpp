@@ -160,7 +160,6 @@ Model Model::load(const ModelParams &params) {
   impl->fingerprint = compute_fingerprint(m, params.path);
   // RPC peers may be CPUs: flash attention stays off unless asked for.
   impl->on_gpu = params.n_gpu_layers != 0 && params.rpc.empty() && gpu_present();
-  impl->rpc = params.vocab_only ? std::vector<std::string>{} : params.rpc;
   return Model(std::move(impl));
 }
 

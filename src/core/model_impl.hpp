@@ -23,8 +23,6 @@ struct Model::Impl {
   std::uint64_t fingerprint = 0;
   // Whether any layer runs on a GPU (flash attention's default follows it).
   bool on_gpu = false;
-  // RPC peers holding its layers (ModelParams::rpc); empty when local.
-  std::vector<std::string> rpc;
   // Adapters loaded for it (Model::load_adapter), for states that name one
   // by fingerprint. Expired entries are dropped on the next load.
   mutable std::mutex adapters_mu;

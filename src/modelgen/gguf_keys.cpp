@@ -1,6 +1,9 @@
 #include "modelgen/gguf_keys.hpp"
 
+#include <ggml.h>
 #include <gguf.h>
+
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -60,6 +63,21 @@ void gguf_copy_key(gguf_context *dst, const char *name, const gguf_context *src,
     }
     default: fail(Errc::corrupt, fmt::format("{} '{}' has unknown type {}", what, name, int(type)));
   }
+}
+
+double rows_sum_squares(const ggml_tensor *t, const void *data, std::int64_t rows) {
+  const int64_t ne0 = t->ne[0];
+  const std::size_t row_bytes = ggml_row_size(t->type, ne0);
+  const auto *traits = ggml_get_type_traits(t->type);
+  std::vector<float> row(static_cast<std::size_t>(ne0));
+  double sum = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const char *src = static_cast<const char *>(data) + static_cast<std::size_t>(r) * row_bytes;
+    if (t->type == GGML_TYPE_F32) std::memcpy(row.data(), src, row_bytes);
+    else traits->to_float(src, row.data(), ne0);
+    for (float x : row) sum += double(x) * double(x);
+  }
+  return sum;
 }
 
 }  // namespace weft::detail

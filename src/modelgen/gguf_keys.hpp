@@ -7,6 +7,7 @@
 #include <string>
 
 struct gguf_context;
+struct ggml_tensor;
 
 namespace weft::detail {
 
@@ -20,5 +21,10 @@ std::int64_t gguf_int(const gguf_context *g, const std::string &key);
 // gguf does not know.
 void gguf_copy_key(gguf_context *dst, const char *name, const gguf_context *src, std::int64_t i,
                    const char *what = "key");
+
+// Sum of squares of the first `rows` rows of `t`'s values in `data` (its
+// bytes as stored), dequantized row by row with ggml's converters. The
+// caller checks that the type converts (f32, or a to_float in its traits).
+double rows_sum_squares(const ggml_tensor *t, const void *data, std::int64_t rows);
 
 }  // namespace weft::detail

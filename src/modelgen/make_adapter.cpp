@@ -108,15 +108,7 @@ struct Base {
       detail::fail(Errc::io, fmt::format("reading tensor '{}' of base '{}' failed", t->name, path));
     }
     const int64_t ne0 = t->ne[0], rows = ggml_nrows(t);
-    const std::size_t row_bytes = ggml_row_size(t->type, ne0);
-    std::vector<float> row(static_cast<std::size_t>(ne0));
-    double sum = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const char *src = bytes.data() + static_cast<std::size_t>(r) * row_bytes;
-      if (t->type == GGML_TYPE_F32) std::memcpy(row.data(), src, row_bytes);
-      else traits->to_float(src, row.data(), ne0);
-      for (float x : row) sum += double(x) * double(x);
-    }
+    const double sum = detail::rows_sum_squares(t, bytes.data(), rows);
     const double n = double(ne0) * double(rows);
     const double value = n > 0 ? std::sqrt(sum / n) : 0.0;
     // A zero or broken tensor gives no scale to follow: use the generated

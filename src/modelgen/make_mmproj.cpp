@@ -64,14 +64,7 @@ double token_embd_rms(const std::string &path, const gguf_context *g, const ggml
     detail::fail(Errc::corrupt, fmt::format("text model '{}': cannot read token_embd.weight ({} bytes at offset {})",
                                             path, bytes.size(), offset));
   }
-  std::vector<float> row(static_cast<std::size_t>(ne0));
-  double sum = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const char *src = bytes.data() + static_cast<std::size_t>(r) * row_bytes;
-    if (t->type == GGML_TYPE_F32) std::memcpy(row.data(), src, row_bytes);
-    else traits->to_float(src, row.data(), ne0);
-    for (float x : row) sum += double(x) * double(x);
-  }
+  const double sum = detail::rows_sum_squares(t, bytes.data(), rows);
   const double rms = std::sqrt(sum / (double(ne0) * double(rows)));
   return std::isfinite(rms) && rms > 0 ? rms : 0.02;
 }
