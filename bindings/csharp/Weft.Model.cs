@@ -14,6 +14,9 @@ namespace Weft
         // null: none (docs/DEPLOYING.md, "RPC").
         public string Rpc;
         public int RpcTimeoutMs;
+        // Bound on any one answer from an RPC peer; a peer that fails makes
+        // the model's decodes fail with WeftException (Backend). Default 60000.
+        public long RpcReplyTimeoutMs;
         // Progress in [0, 1] on the loading thread; return false to cancel.
         public Func<float, bool> OnProgress;
 
@@ -24,6 +27,7 @@ namespace Weft
             UseMmap = n.use_mmap != 0;
             VocabOnly = n.vocab_only != 0;
             RpcTimeoutMs = n.rpc_timeout_ms;
+            RpcReplyTimeoutMs = n.rpc_reply_timeout_ms;
         }
 
         internal static ModelParamsNative Defaults()
@@ -62,6 +66,7 @@ namespace Weft
                 n.path = mem.Utf8z(path);
                 if (p.Rpc != null) n.rpc = mem.Utf8z(p.Rpc);
                 n.rpc_timeout_ms = p.RpcTimeoutMs;
+                n.rpc_reply_timeout_ms = p.RpcReplyTimeoutMs;
                 if (p.OnProgress != null)
                 {
                     // Called during the load only: the handle goes right after.

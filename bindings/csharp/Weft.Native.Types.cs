@@ -94,6 +94,7 @@ namespace Weft
         public int vocab_only;
         public IntPtr rpc;
         public int rpc_timeout_ms;
+        public long rpc_reply_timeout_ms;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -44,11 +44,25 @@ struct ModelParams {
   // llama.cpp aborts the process on one it cannot reach. Errors: invalid_argument
   // (not host:port, a duplicate, weft built without WEFT_RPC), out_of_range
   // (more than 16), io (unreachable, no answer), incompatible (another
-  // ggml-rpc protocol version). A peer that dies later aborts the process
-  // inside llama.cpp (docs/DEPLOYING.md, "RPC").
+  // ggml-rpc protocol version), backend (a model over a peer that failed is
+  // still loaded). weft relays each peer's traffic through a loopback relay
+  // of its own: a peer that dies, hangs up or stays silent past
+  // rpc_reply_timeout_ms later fails the decode it was part of and every
+  // later one with Errc::backend on the conversations involved (the process
+  // and other models carry on); free the model and load it again once the
+  // peer is back (docs/DEPLOYING.md, "RPC").
   std::vector<std::string> rpc;
   // Bound on connecting to and greeting each RPC peer. Default 5000; >= 1.
   int rpc_timeout_ms = 5000;
+  // Bound on waiting for any one answer from an RPC peer (an answer that
+  // follows a graph computation includes its compute time), and on a peer
+  // not reading what is sent to it. Default 60000; >= 1.
+  int rpc_reply_timeout_ms = 60000;
+  // Relay each peer's traffic (above). false: ggml-rpc talks to the peers
+  // directly — one loopback hop less per command (docs/DEPLOYING.md, "What
+  // RPC costs"), and a peer that fails aborts the process inside llama.cpp.
+  // Default true.
+  bool rpc_relay = true;
 };
 
 struct TokenizeOptions {

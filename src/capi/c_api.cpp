@@ -4,6 +4,8 @@
 // adapters: c_api_adapter.cpp.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -337,6 +339,7 @@ weft_model_params model_defaults() {
   d.vocab_only = 0;
   d.rpc = nullptr;
   d.rpc_timeout_ms = 5000;
+  d.rpc_reply_timeout_ms = 60000;
   return d;
 }
 
@@ -347,7 +350,8 @@ extern "C" {
 weft_status weft_model_params_init(weft_model_params *params, size_t struct_size) {
   return guarded(__func__, [&] {
     init_struct(params, struct_size, "weft_model_params", model_defaults(),
-                {offsetof(weft_model_params, rpc), sizeof(weft_model_params)});
+                {offsetof(weft_model_params, rpc), offsetof(weft_model_params, rpc_reply_timeout_ms),
+                 sizeof(weft_model_params)});
   });
 }
 
@@ -357,7 +361,8 @@ weft_status weft_model_load(const weft_model_params *params, weft_model **out) {
     *out = nullptr;
     need(params, "params");
     weft_model_params p = model_defaults();
-    read_struct(params, "weft_model_params", p, {offsetof(weft_model_params, rpc), sizeof(weft_model_params)});
+    read_struct(params, "weft_model_params", p, {offsetof(weft_model_params, rpc), offsetof(weft_model_params, rpc_reply_timeout_ms),
+                 sizeof(weft_model_params)});
     if (p.path == nullptr) fail(WEFT_ERR_NULL_ARG, "weft_model_params.path is NULL");
     weft::ModelParams mp;
     mp.path = p.path;  // bytes as the OS takes them: no UTF-8 check
@@ -370,6 +375,7 @@ weft_status weft_model_load(const weft_model_params *params, weft_model **out) {
       rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
     }
     mp.rpc_timeout_ms = p.rpc_timeout_ms;
+    mp.rpc_reply_timeout_ms = static_cast<int>(std::clamp<std::int64_t>(p.rpc_reply_timeout_ms, INT32_MIN, INT32_MAX));
     if (p.on_progress != nullptr) {
       mp.on_progress = [cb = p.on_progress, ud = p.progress_user_data](float progress) { return cb(progress, ud) != 0; };
     }

@@ -128,12 +128,19 @@ Model Model::load(const ModelParams &params) {
   }
 
   std::vector<ggml_backend_dev_t> devices;
+  detail::RpcPeers peers;
   if (!params.rpc.empty() && !params.vocab_only) {
     if (params.rpc_timeout_ms < 1) {
       detail::fail(Errc::invalid_argument,
                    fmt::format("ModelParams.rpc_timeout_ms = {} (expected >= 1)", params.rpc_timeout_ms));
     }
-    devices = detail::rpc_devices(params.rpc, std::chrono::milliseconds(params.rpc_timeout_ms));
+    if (params.rpc_reply_timeout_ms < 1) {
+      detail::fail(Errc::invalid_argument,
+                   fmt::format("ModelParams.rpc_reply_timeout_ms = {} (expected >= 1)", params.rpc_reply_timeout_ms));
+    }
+    peers = detail::rpc_devices(params.rpc, std::chrono::milliseconds(params.rpc_timeout_ms),
+                                std::chrono::milliseconds(params.rpc_reply_timeout_ms), params.rpc_relay);
+    devices = peers.devices;
     devices.push_back(nullptr);  // llama.cpp reads a NULL-terminated list
     mp.devices = devices.data();
     if (mp.n_gpu_layers == 0) mp.n_gpu_layers = -1;
@@ -149,11 +156,19 @@ Model Model::load(const ModelParams &params) {
   if (m == nullptr) {
     if (bridge.cancelled) detail::fail(Errc::cancelled, fmt::format("loading '{}' was cancelled by on_progress", params.path));
     std::string why = detail::take_llama_error();
+    if (const std::string lost = detail::rpc_failure(peers.watches); !lost.empty()) {
+      detail::fail(Errc::io, fmt::format("loading '{}' over RPC: {}", params.path, lost));
+    }
     detail::fail(Errc::corrupt, fmt::format("llama.cpp could not load model '{}': {}", params.path,
                                             why.empty() ? "no reason given" : why));
   }
+  if (const std::string lost = detail::rpc_failure(peers.watches); !lost.empty()) {
+    llama_model_free(m);  // its weights were sent to a peer that is gone
+    detail::fail(Errc::io, fmt::format("loading '{}' over RPC: {}", params.path, lost));
+  }
   auto impl = std::make_shared<Impl>();
   impl->model = m;
+  impl->rpc = std::move(peers.watches);
   impl->vocab = llama_model_get_vocab(m);
   impl->path = params.path;
   impl->n_vocab = llama_vocab_n_tokens(impl->vocab);

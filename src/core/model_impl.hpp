@@ -10,6 +10,8 @@
 #include "weft/adapter.hpp"
 #include "weft/model.hpp"
 
+#include "core/rpc.hpp"
+
 struct llama_model;
 struct llama_vocab;
 
@@ -27,6 +29,11 @@ struct Model::Impl {
   // by fingerprint. Expired entries are dropped on the next load.
   mutable std::mutex adapters_mu;
   mutable std::vector<std::weak_ptr<const Adapter::Impl>> adapters;
+  // RPC peers' relays (ModelParams::rpc); kept past llama_model_free, since
+  // freeing the model's buffers still talks to them.
+  std::vector<detail::RpcWatch> rpc;
+  // Why the model can no longer decode (an RPC peer failed); empty while it can.
+  std::string failure() const { return detail::rpc_failure(rpc); }
 
   Impl() = default;
   Impl(const Impl &) = delete;

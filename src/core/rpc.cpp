@@ -11,112 +11,19 @@
 
 #include <fmt/format.h>
 
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fcntl.h>
 #include <mutex>
 
 #include "core/internal.hpp"
+#include "core/rpc_relay.hpp"
 
 namespace weft::detail {
 namespace {
 
 constexpr std::uint8_t kCmdHello = 14;      // RPC_CMD_HELLO: "must be always 14" (ggml-rpc.cpp)
 constexpr std::size_t kConnCapsSize = 24;   // RPC_CONN_CAPS_SIZE (transport.h)
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-using Clock = std::chrono::steady_clock;
-
-int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left > 0 ? static_cast<int>(left) : 0;
-}
-
-// Waits for `events` on fd until the deadline; false on timeout or error.
-bool wait_for(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, remaining_ms(deadline));
-    if (r > 0) return (p.revents & events) != 0;
-    if (r == 0) return false;
-    if (errno != EINTR) return false;
-  }
-}
-
-bool send_all(int fd, const void *data, std::size_t n, Clock::time_point deadline) {
-  const auto *p = static_cast<const std::uint8_t *>(data);
-  while (n > 0) {
-    if (!wait_for(fd, POLLOUT, deadline)) return false;
-    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
-
-bool recv_all(int fd, void *data, std::size_t n, Clock::time_point deadline) {
-  auto *p = static_cast<std::uint8_t *>(data);
-  while (n > 0) {
-    if (!wait_for(fd, POLLIN, deadline)) return false;
-    const ssize_t k = ::recv(fd, p, n, 0);
-    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
-
-// A non-blocking connect to the first address of host:port that answers.
-int connect_to(const RpcEndpoint &e, Clock::time_point deadline, std::string &why) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo *res = nullptr;
-  const std::string port = std::to_string(e.port);
-  if (const int rc = ::getaddrinfo(e.host.c_str(), port.c_str(), &hints, &res); rc != 0) {
-    why = fmt::format("cannot resolve host '{}': {}", e.host, ::gai_strerror(rc));
-    return -1;
-  }
-  int out = -1;
-  for (addrinfo *a = res; a != nullptr && out < 0; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) continue;
-    int err = 0;
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      err = errno;
-      if (err == EINPROGRESS) {
-        err = ETIMEDOUT;
-        if (wait_for(fd, POLLOUT, deadline)) {
-          socklen_t len = sizeof(err);
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        }
-      }
-    }
-    if (err == 0) {
-      out = fd;
-    } else {
-      why = std::strerror(err);
-      ::close(fd);
-    }
-  }
-  ::freeaddrinfo(res);
-  return out;
-}
 
 }  // namespace
 
@@ -139,7 +46,7 @@ RpcEndpoint parse_rpc_endpoint(const std::string &endpoint) {
 
 void check_rpc_peer(const std::string &endpoint, std::chrono::milliseconds timeout) {
   const RpcEndpoint e = parse_rpc_endpoint(endpoint);
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = NetClock::now() + timeout;
   std::string why;
   Fd fd{connect_to(e, deadline, why)};
   if (fd.fd < 0) fail(Errc::io, fmt::format("RPC peer {} is unreachable: {}", endpoint, why));
@@ -161,9 +68,10 @@ void check_rpc_peer(const std::string &endpoint, std::chrono::milliseconds timeo
   }
 }
 
-std::vector<ggml_backend_dev_t> rpc_devices(const std::vector<std::string> &endpoints,
-                                            std::chrono::milliseconds timeout) {
-  if (endpoints.empty()) return {};
+RpcPeers rpc_devices(const std::vector<std::string> &endpoints, std::chrono::milliseconds connect_timeout,
+                     std::chrono::milliseconds reply_timeout, bool relay_on) {
+  RpcPeers out;
+  if (endpoints.empty()) return out;
   if (endpoints.size() > GGML_RPC_MAX_SERVERS) {
     fail(Errc::out_of_range, fmt::format("ModelParams.rpc names {} peers; ggml-rpc allows at most {}",
                                          endpoints.size(), GGML_RPC_MAX_SERVERS));
@@ -184,19 +92,44 @@ std::vector<ggml_backend_dev_t> rpc_devices(const std::vector<std::string> &endp
     fail(Errc::invalid_argument, "ModelParams.rpc is set but this weft was built without ggml's RPC backend "
                                  "(configure with -DWEFT_RPC=ON)");
   }
-  std::vector<ggml_backend_dev_t> devices;
   // ggml keeps one registry entry per endpoint for the process's lifetime.
   static std::mutex mu;
   std::lock_guard lock(mu);
   for (const std::string &endpoint : endpoints) {
-    check_rpc_peer(endpoint, timeout);
-    ggml_backend_reg_t reg = add(endpoint.c_str());
-    if (reg == nullptr || ggml_backend_reg_dev_count(reg) == 0) {
-      fail(Errc::backend, fmt::format("RPC peer {} offers no devices", endpoint));
+    auto take_devices = [&](ggml_backend_reg_t reg) {
+      if (reg == nullptr || ggml_backend_reg_dev_count(reg) == 0) {
+        fail(Errc::backend, fmt::format("RPC peer {} offers no devices", endpoint));
+      }
+      for (std::size_t d = 0; d < ggml_backend_reg_dev_count(reg); ++d) out.devices.push_back(ggml_backend_reg_dev_get(reg, d));
+    };
+    if (!relay_on) {
+      check_rpc_peer(endpoint, connect_timeout);
+      take_devices(add(endpoint.c_str()));
+      continue;
     }
-    for (std::size_t d = 0; d < ggml_backend_reg_dev_count(reg); ++d) devices.push_back(ggml_backend_reg_dev_get(reg, d));
+    auto relay = rpc_relay_for(endpoint, connect_timeout, reply_timeout);
+    // A peer serves one connection at a time: one a loaded model holds
+    // through the relay is shared by this load, not checked again.
+    if (!relay->holds_live_connection()) check_rpc_peer(endpoint, connect_timeout);
+    if (relay->holds_failed_connection()) {
+      // ggml would hand this load the failed model's connection.
+      fail(Errc::backend, fmt::format("{}; a model loaded over it is still loaded: free it and its executors "
+                                      "before loading over {} again", relay->last_failure(), endpoint));
+    }
+    const std::uint64_t at = relay->failures();
+    ggml_backend_reg_t reg = add(relay->local_endpoint().c_str());
+    if (relay->failures() > at) fail(Errc::io, relay->last_failure());
+    take_devices(reg);
+    out.watches.push_back({relay, at});
   }
-  return devices;
+  return out;
+}
+
+std::string rpc_failure(const std::vector<RpcWatch> &watches) {
+  for (const RpcWatch &w : watches) {
+    if (w.relay->failures() > w.failures_at_load) return w.relay->last_failure();
+  }
+  return {};
 }
 
 }  // namespace weft::detail

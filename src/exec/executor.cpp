@@ -137,8 +137,15 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   cp.flash_attn_type = to_llama(params.flash_attn, model, params.kv_type);
   depth_is_cells = cp.flash_attn_type == LLAMA_FLASH_ATTN_TYPE_DISABLED;
   cp.no_perf = true;
+  if (const std::string lost = model.impl()->failure(); !lost.empty()) {
+    fail(Errc::backend, fmt::format("the model can no longer decode: {}", lost));
+  }
   take_llama_error();
   ctx = llama_init_from_model(model.impl()->model, cp);
+  if (const std::string lost = model.impl()->failure(); ctx != nullptr && !lost.empty()) {
+    llama_free(ctx);
+    fail(Errc::backend, fmt::format("creating a context: {}", lost));
+  }
   if (ctx == nullptr) {
     fail(Errc::backend, fmt::format("llama.cpp could not create a context (n_ctx {}, n_batch {}, n_seq_max {}): {}",
                                     params.n_ctx, params.n_batch, params.n_seq_max, take_llama_error()));
@@ -150,6 +157,7 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
       ctx, params.n_seq_max,
       SpillConfig{.ram_bytes = p.spill.ram_bytes, .disk_dir = p.spill.disk_dir, .disk_bytes = p.spill.disk_bytes},
       p.spill.recompute, p.prefix_cache_cells.value_or(n_ctx / 4), scratch ? static_cast<int>(params.n_seq_max) : -1);
+  if (!model.impl()->rpc.empty()) kv->set_failure_probe([impl = model.impl()] { return impl->failure(); });
   batch = new llama_batch(llama_batch_init(static_cast<int32_t>(params.n_batch), 0, 1));
   stats.step_ms.reserve(StepStats::kWindow);
   stats.decode_ms.reserve(StepStats::kWindow);

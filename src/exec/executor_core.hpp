@@ -224,6 +224,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // llama_decode). Returns whether the deadline stopped it.
   bool run_locked(const StepBudget &budget, StepResult &result, std::unique_lock<std::mutex> &lock);
   void fail_segment_locked(Segment &s, std::uint32_t n, int rc, StepResult &result);
+  // Fails every live segment of parts[lo, hi) with Errc::backend: `why`.
+  void fail_parts_locked(std::size_t lo, std::size_t hi, const std::string &why, StepResult &result);
 
   // --- Update (update.cpp) ---
   void commit_part(Part &part, StepResult &result);

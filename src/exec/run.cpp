@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "core/internal.hpp"
+#include "core/model_impl.hpp"
 #include "exec/executor_core.hpp"
 
 namespace weft::detail {
@@ -123,6 +124,10 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
         continue;
       }
     }
+    if (const std::string lost = model.impl()->failure(); !lost.empty()) {
+      fail_parts_locked(lo, hi, lost, result);  // nothing reaches a dead peer's stand-in
+      continue;
+    }
     const double used_before = kv->cells_held();  // the cells attention spans, without flash attention
     aborted.store(false, std::memory_order_relaxed);
     // The first micro-batch of a step always completes, so every step makes
@@ -149,6 +154,14 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
     }
     lock.lock();
     abort_deadline_ns.store(0, std::memory_order_relaxed);
+    if (const std::string lost = model.impl()->failure(); !lost.empty()) {
+      // An RPC peer failed during this decode: its logits are the relay's
+      // zeros, never committed.
+      for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[parts[i].seg].conv->kv);
+      ++stats.decode_failures;
+      fail_parts_locked(lo, hi, lost, result);
+      continue;
+    }
     result.decode_seconds += took;
     ++result.decode_calls;
 
@@ -197,6 +210,16 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
       Segment &s = segments[parts[i].seg];
       if (!s.failed) fail_segment_locked(s, parts[i].n, rc, result);
     }
+  }
+}
+
+void ExecutorCore::fail_parts_locked(std::size_t lo, std::size_t hi, const std::string &why, StepResult &result) {
+  for (std::size_t i = lo; i < hi; ++i) {
+    Segment &s = segments[parts[i].seg];
+    if (s.failed) continue;
+    s.failed = true;
+    post_error_locked(*s.conv, Error(Errc::backend, fmt::format("conversation {}: {}", s.conv->id, why)));
+    ++result.failed;
   }
 }
 

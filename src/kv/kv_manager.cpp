@@ -234,7 +234,7 @@ void KvManager::to_recompute(KvHandle &h, bool has_history) {
 bool KvManager::copy_out(int seq, std::vector<std::uint8_t> &out) const {
   const std::size_t size = llama_state_seq_get_size_ext(ctx_, seq, 0);
   out.resize(size);
-  return size > 0 && llama_state_seq_get_data_ext(ctx_, out.data(), size, seq, 0) == size;
+  return size > 0 && llama_state_seq_get_data_ext(ctx_, out.data(), size, seq, 0) == size && failure().empty();
 }
 
 std::shared_ptr<ParkedKv> KvManager::copy_to_store(int seq, std::uint64_t conv_id) {
@@ -361,7 +361,9 @@ std::vector<std::uint8_t> KvManager::export_kv(const KvHandle &h) const {
   std::vector<std::uint8_t> out;
   if (h.cells.empty()) return out;
   if (!copy_out(h.seq, out)) {
-    fail(Errc::backend, fmt::format("llama.cpp could not copy out the KV data of sequence {}", h.seq));
+    const std::string lost = failure();
+    fail(Errc::backend, lost.empty() ? fmt::format("llama.cpp could not copy out the KV data of sequence {}", h.seq)
+                                     : fmt::format("cannot copy out the KV data of sequence {}: {}", h.seq, lost));
   }
   return out;
 }

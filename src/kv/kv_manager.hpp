@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <list>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -202,6 +203,11 @@ class KvManager {
   void verify(const KvHandle &h) const;
 
   const SpillStore &store() const noexcept { return store_; }
+  // Why KV data read from the cache can no longer be trusted (an RPC peer
+  // holding layers failed: reads come back as zeros); empty while it can.
+  // copy_out refuses while it says so, so no state or spill holds zeros.
+  void set_failure_probe(std::function<std::string()> probe) { failure_ = std::move(probe); }
+
   const KvCounters &counters() const noexcept { return counters_; }
   void count_recompute() noexcept { ++counters_.recomputes; }
 
@@ -209,6 +215,8 @@ class KvManager {
   bool load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n, std::uint32_t from = 0);
   // The one way KV data leaves the cache: seq's state into `out` (resized).
   bool copy_out(int seq, std::vector<std::uint8_t> &out) const;
+  std::string failure() const { return failure_ ? failure_() : std::string(); }
+  std::function<std::string()> failure_;
 
   void set_parked(KvHandle &h, std::shared_ptr<ParkedKv> blob, std::uint32_t n);
   void seq_rm(int seq, std::int32_t p0, std::int32_t p1);

@@ -30,6 +30,7 @@ void test_params_init(void) {
   weft_worker_params wp;
   CHECK_OK(weft_model_params_init(&mp, sizeof mp));
   CHECK(mp.struct_size == sizeof mp && mp.use_mmap == 1 && mp.n_gpu_layers == 0 && mp.path == NULL);
+  CHECK(mp.rpc_timeout_ms == 5000 && mp.rpc_reply_timeout_ms == 60000);
   CHECK_OK(weft_executor_params_init(&ep, sizeof ep));
   CHECK(ep.n_ctx == 4096 && ep.n_batch == 512 && ep.n_seq_max == 16 && ep.kv_type == WEFT_KV_F16);
   CHECK(ep.pressure == WEFT_PRESSURE_WAIT && ep.events == 0 && ep.events_capacity == 65536);
@@ -98,6 +99,15 @@ void test_model(void) {
   CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_IO, "unreachable");
   mp.rpc_timeout_ms = 0;
   CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_INVALID_ARGUMENT, "rpc_timeout_ms = 0");
+  mp.rpc_timeout_ms = 5000;
+  mp.rpc_reply_timeout_ms = 0;
+  CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_INVALID_ARGUMENT, "rpc_reply_timeout_ms = 0");
+  /* A struct sized before rpc_reply_timeout_ms reads its default (60000): the
+     peer check fails first, as with a full struct. */
+  mp.struct_size = offsetof(weft_model_params, rpc_reply_timeout_ms);
+  CHECK_ERR(weft_model_load(&mp, &m), WEFT_ERR_IO, "unreachable");
+  mp.struct_size = sizeof mp;
+  mp.rpc_reply_timeout_ms = 60000;
   /* A struct sized before the rpc fields loads locally. */
   mp.struct_size = offsetof(weft_model_params, rpc);
   mp.use_mmap = 1;

@@ -1,7 +1,9 @@
 // ModelParams::rpc against real ggml-rpc-server peers (built from the pinned
 // source, started here on free ports): a model split over two peers gives
 // the logits of local decoding, and peers weft cannot use are refused with
-// typed errors before llama.cpp (which would abort) sees them.
+// typed errors before llama.cpp (which would abort) sees them; a peer that
+// dies or goes silent mid-decode fails that model's conversations with
+// Errc::backend while the process, and a model loaded again, carry on.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -53,10 +55,11 @@ int free_port() { return Listener().port; }
 struct Peer {
   pid_t pid = -1;
   std::string endpoint;
-  Peer() {
+  // On a free port, or on `fixed` (a peer restarted where one died).
+  explicit Peer(int fixed = 0) {
 #ifdef WEFT_RPC_SERVER
     for (int attempt = 0; attempt < 5 && pid < 0; ++attempt) {
-      const std::string port = std::to_string(free_port());
+      const std::string port = std::to_string(fixed > 0 ? fixed : free_port());
       std::vector<std::string> args = {WEFT_RPC_SERVER, "-H", "127.0.0.1", "-p", port, "-t", "1"};
       std::vector<char *> argv;
       for (auto &a : args) argv.push_back(a.data());
@@ -78,7 +81,10 @@ struct Peer {
           break;
         } catch (const weft::Error &) {
           int status = 0;
-          if (::waitpid(p, &status, WNOHANG) == p) break;  // exited: port taken, try another
+          if (::waitpid(p, &status, WNOHANG) == p) {  // exited: port taken, try another
+            std::this_thread::sleep_for(200ms);
+            break;
+          }
           std::this_thread::sleep_for(100ms);
         }
       }
@@ -97,6 +103,14 @@ struct Peer {
     ::waitpid(p, nullptr, 0);
   }
   ~Peer() { stop(pid); }
+  // Dies as a crashed or unplugged machine would: no goodbye.
+  void kill_now() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+  int port() const { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
 };
 
 #ifndef WEFT_RPC_SERVER
@@ -213,4 +227,112 @@ TEST(Rpc, CliTakesPeers) {
   const auto [bad, why] = run("--rpc " + peer.endpoint + ",127.0.0.1:" + std::to_string(free_port()));
   EXPECT_NE(bad, 0);
   EXPECT_NE(why.find("error (io): RPC peer 127.0.0.1:"), std::string::npos) << why;
+}
+
+namespace {
+
+// A few conversations with prompts long enough for a decode to take a while.
+std::vector<weft::Conversation> prompted(weft::Executor &ex, const weft::Model &m, std::mt19937 &rng, int n) {
+  std::vector<weft::Conversation> convs;
+  for (int i = 0; i < n; ++i) {
+    convs.push_back(ex.create());
+    convs.back().prompt(weft_test::random_tokens(rng, weft_test::tiny(), 100 + static_cast<int>(rng() % 100), true));
+  }
+  (void)m;
+  return convs;
+}
+
+void expect_failed_over(const weft::Conversation &c, const std::string &endpoint) {
+  ASSERT_TRUE(c.error().has_value()) << "conversation " << c.id();
+  EXPECT_EQ(c.error()->code(), Errc::backend);
+  EXPECT_NE(std::string(c.error()->what()).find("RPC peer " + endpoint), std::string::npos) << c.error()->what();
+}
+
+}  // namespace
+
+TEST(Rpc, PeerThatDiesMidDecodeFailsItsConversationsNotTheProcess) {
+  SKIP_WITHOUT_RPC();
+  Peer a, b;
+  ASSERT_GT(a.pid, 0);
+  ASSERT_GT(b.pid, 0);
+  const auto &local = weft_test::tiny();
+  const weft::ExecutorParams p{.n_ctx = 1024, .n_batch = 512, .n_seq_max = 4, .n_threads = 1};
+  std::mt19937 rng(7);
+  std::optional<weft::Model> remote = weft::Model::load({.path = local.path(), .rpc = {a.endpoint, b.endpoint}});
+  std::optional<weft::Executor> ex(std::in_place, *remote, p);
+  auto convs = prompted(*ex, *remote, rng, 1);
+  weft_test::run_until_idle(*ex, &rng, 1);  // one with KV from before
+  ASSERT_FALSE(convs[0].error().has_value());
+  for (auto &c : prompted(*ex, *remote, rng, 3)) convs.push_back(std::move(c));
+  convs[0].prompt(weft_test::random_tokens(rng, local, 50));
+  // Frozen first, so the step is surely waiting on it when it dies.
+  ::kill(b.pid, SIGSTOP);
+  weft::StepResult r;
+  std::thread stepper([&] { r = ex->step(); });
+  std::this_thread::sleep_for(300ms);
+  b.kill_now();
+  stepper.join();
+  EXPECT_GE(r.failed, 1u);
+  // Those the first step did not reach fail when their turn comes.
+  for (int i = 0; i < 4; ++i) (void)ex->step();
+  for (const auto &c : convs) expect_failed_over(c, b.endpoint);
+  // Everything after fails the same way, at once, and nothing saved holds
+  // the relay's zeros.
+  convs[1].clear_error();
+  convs[1].prompt(std::vector<weft::Token>{100, 200});
+  EXPECT_EQ(ex->step().failed, 1u);
+  expect_failed_over(convs[1], b.endpoint);
+  EXPECT_TRUE(weft_test::throws_weft([&] { (void)convs[0].save(); }, Errc::backend, b.endpoint));
+  EXPECT_TRUE(weft_test::throws_weft([&] { weft::Executor again(*remote, p); }, Errc::backend, b.endpoint));
+
+  // Back at the same address while the failed model is still loaded: ggml
+  // would hand a new load that model's dead connection, so it is refused
+  // (peer a, still healthy, would have been shared).
+  Peer b2(b.port());
+  ASSERT_GT(b2.pid, 0);
+  EXPECT_TRUE(weft_test::throws_weft(
+      [&] { weft::Model::load({.path = local.path(), .rpc = {a.endpoint, b2.endpoint}}); }, Errc::backend,
+      "still loaded"));
+  // Freed: the same peers serve a new load, which decodes exactly.
+  convs.clear();
+  ex.reset();
+  remote.reset();
+  const weft::Model again = weft::Model::load({.path = local.path(), .rpc = {a.endpoint, b2.endpoint}});
+  weft::Executor ex2(again, p);
+  auto fresh = prompted(ex2, again, rng, 4);
+  weft_test::run_until_idle(ex2, &rng, 8);
+  for (const auto &c : fresh) {
+    EXPECT_FALSE(c.error().has_value());
+    EXPECT_LE(weft_test::nmse(c.logits(), weft_test::reference_logits(local, c.tokens())),
+              weft_test::logits_tolerance(local));
+  }
+}
+
+TEST(Rpc, SilentPeerIsBoundedByTheReplyTimeout) {
+  SKIP_WITHOUT_RPC();
+  Peer a;
+  ASSERT_GT(a.pid, 0);
+  const auto &local = weft_test::tiny();
+  EXPECT_TRUE(weft_test::throws_weft(
+      [&] { weft::Model::load({.path = local.path(), .rpc = {a.endpoint}, .rpc_reply_timeout_ms = 0}); },
+      Errc::invalid_argument, "rpc_reply_timeout_ms"));
+  {
+    const weft::Model m = weft::Model::load({.path = local.path(), .rpc = {a.endpoint}, .rpc_reply_timeout_ms = 500});
+    weft::Executor ex(m, {.n_ctx = 512, .n_batch = 256, .n_seq_max = 2, .n_threads = 1});
+    std::mt19937 rng(3);
+    auto convs = prompted(ex, m, rng, 2);
+    ::kill(a.pid, SIGSTOP);  // alive, connected, never answers
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = ex.step();
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(r.failed, 1u);
+    EXPECT_GE(waited, 450ms);
+    EXPECT_LT(waited, 10s);
+    (void)ex.step();
+    for (const auto &c : convs) {
+      expect_failed_over(c, a.endpoint);
+      EXPECT_NE(std::string(c.error()->what()).find("500 ms"), std::string::npos) << c.error()->what();
+    }
+  }
+  ::kill(a.pid, SIGCONT);
 }

@@ -27,6 +27,9 @@ typedef struct weft_model_params {
   // the call.
   const char *rpc;
   int32_t rpc_timeout_ms;              // bound on reaching each peer. Default 5000
+  // Added in 0.7: bound on any one answer from an RPC peer (a peer silent
+  // past it fails the model's decodes with WEFT_ERR_BACKEND). Default 60000.
+  int64_t rpc_reply_timeout_ms;
 } weft_model_params;
 
 WEFT_C_API weft_status weft_model_params_init(weft_model_params *params, size_t struct_size);
@@ -34,7 +37,10 @@ WEFT_C_API weft_status weft_model_params_init(weft_model_params *params, size_t 
 // Loads a model. WEFT_ERR_NOT_FOUND (no such file), WEFT_ERR_INVALID_ARGUMENT
 // (a directory, a malformed rpc list), WEFT_ERR_CORRUPT (not a GGUF llama.cpp
 // can read), WEFT_ERR_CANCELLED (on_progress returned 0), WEFT_ERR_IO (an RPC
-// peer unreachable), WEFT_ERR_INCOMPATIBLE (an RPC peer of another protocol).
+// peer unreachable or lost while loading), WEFT_ERR_INCOMPATIBLE (an RPC peer
+// of another protocol), WEFT_ERR_BACKEND (a model over an RPC peer that failed
+// is still loaded). A peer that fails later fails the decodes of executors on
+// this model with WEFT_ERR_BACKEND; free the model and load it again.
 WEFT_C_API weft_status weft_model_load(const weft_model_params *params, weft_model **out);
 WEFT_C_API weft_status weft_model_free(weft_model *model);
 

@@ -266,19 +266,26 @@ void run(Opts o) {
   std::vector<std::pair<std::string, Run>> rows;
   std::uint64_t load_bytes = 0;
   double load_s = 0;
-  for (const bool remote : {false, true}) {
+  // local; over the peers as weft loads them (each through its relay, so a
+  // dead peer is an error, not an abort); over the peers with ggml-rpc
+  // talking to them directly (ModelParams::rpc_relay = false).
+  struct Mode {
+    const char *name;
+    bool remote, relay;
+  };
+  for (const Mode mode : {Mode{"local", false, false}, Mode{"rpc", true, true}, Mode{"rpc, no relay", true, false}}) {
     const std::uint64_t b0 = traffic(proxies);
     const auto t0 = bench::now_ns();
-    const weft::Model m = weft::Model::load({.path = path, .rpc = remote ? endpoints : std::vector<std::string>{}});
-    if (remote) {
+    const weft::Model m = weft::Model::load(
+        {.path = path, .rpc = mode.remote ? endpoints : std::vector<std::string>{}, .rpc_relay = mode.relay});
+    if (mode.remote && mode.relay) {
       load_s = bench::seconds_since(t0);
       load_bytes = traffic(proxies) - b0;
     }
     std::vector<Run> runs;
-    for (unsigned r = 0; r < o.reps; ++r) runs.push_back(run_once(o, m, remote ? proxies : none));
-    const std::string name = remote ? fmt::format("rpc, {} peers", o.peers) : "local";
-    rows.emplace_back(name, median(runs));
-    if (!o.quiet) fmt::print(stderr, "{}: done\n", name);
+    for (unsigned r = 0; r < o.reps; ++r) runs.push_back(run_once(o, m, mode.remote ? proxies : none));
+    rows.emplace_back(mode.name, median(runs));
+    if (!o.quiet) fmt::print(stderr, "{}: done\n", mode.name);
   }
   fmt::print("\nweft bench rpc: {}, {} conversations, pp {} / tg {} each; {} thread(s) here and on each peer; "
              "medians of {} runs; load {:.2f}\n\n", std::filesystem::path(path).filename().string(), o.conversations,
@@ -295,8 +302,10 @@ void run(Opts o) {
                        {"pp_bytes_per_token", r.pp.bytes_per_token},
                        {"tg_bytes_per_token", r.tg.bytes_per_token}});
   }
-  fmt::print("rpc / local: pp {:.2f}x, tg {:.2f}x; loading over RPC took {:.2f} s and {:.1f} MiB (the weights)\n",
+  fmt::print("rpc / local: pp {:.2f}x, tg {:.2f}x; rpc / no relay: pp {:.2f}x, tg {:.2f}x; loading over RPC took "
+             "{:.2f} s and {:.1f} MiB (the weights)\n",
              rows[1].second.pp.tok_s / rows[0].second.pp.tok_s, rows[1].second.tg.tok_s / rows[0].second.tg.tok_s,
+             rows[1].second.pp.tok_s / rows[2].second.pp.tok_s, rows[1].second.tg.tok_s / rows[2].second.tg.tok_s,
              load_s, static_cast<double>(load_bytes) / 1048576.0);
   fmt::print("(B/token: bytes both ways through every peer's connection per token decoded; tg: each step samples and "
              "decodes one token for every conversation)\n");
