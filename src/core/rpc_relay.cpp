@@ -122,8 +122,7 @@ constexpr auto kForever = NetClock::time_point::max();
 struct RpcRelay::Conn {
   Fd client;
   Fd upstream;
-  bool failed = false;                   // this connection's thread only
-  std::atomic<bool> lost{false};         // failed, readable by others
+  std::atomic<bool> lost{false};         // the peer failed; set by this connection's thread only
   std::atomic<bool> open{true};
 };
 
@@ -242,14 +241,13 @@ void RpcRelay::accept_loop() {
 }
 
 void RpcRelay::fail_conn(Conn &conn, const std::string &why) {
-  if (conn.failed) return;
-  conn.failed = true;
+  if (conn.lost.load()) return;
   conn.upstream.reset();
   {
     std::lock_guard lock(mu_);
     last_failure_ = fmt::format("RPC peer {} failed: {}", peer_, why);
   }
-  conn.lost.store(true);
+  conn.lost.store(true);  // reason and flag before the count: a model that sees the count sees both
   failures_.fetch_add(1, std::memory_order_acq_rel);
   log_warning(fmt::format("RPC peer {} failed ({}); the model on it stops decoding (Errc::backend)", peer_, why));
 }
@@ -270,7 +268,7 @@ void RpcRelay::serve(const std::shared_ptr<Conn> &cp) {
     }
   }
   auto to_peer = [&](const void *p, std::size_t n, const char *what) {
-    if (conn.failed) return;
+    if (conn.lost.load()) return;
     if (!send_all(conn.upstream.fd, p, n, reply_deadline())) {
       fail_conn(conn, fmt::format("could not send {} (connection closed, or not read for {} ms)", what,
                                   reply_ms_.load()));
@@ -304,7 +302,7 @@ void RpcRelay::serve(const std::shared_ptr<Conn> &cp) {
     const long long want = reply_size(cmd, req);
     if (want < 0) continue;
     rsp.assign(static_cast<std::size_t>(want), 0);
-    if (!conn.failed) {
+    if (!conn.lost.load()) {
       std::uint64_t got = 0;
       if (!recv_all(conn.upstream.fd, &got, 8, reply_deadline())) {
         fail_conn(conn, fmt::format("no answer to {} (connection closed, or silent for {} ms)", cmd_name(cmd),
@@ -312,17 +310,17 @@ void RpcRelay::serve(const std::shared_ptr<Conn> &cp) {
       } else if (got != static_cast<std::uint64_t>(want)) {
         fail_conn(conn, fmt::format("answered {} with {} bytes, expected {}", cmd_name(cmd), got, want));
       } else {
-        for (std::size_t at = 0; at < rsp.size() && !conn.failed;) {
+        for (std::size_t at = 0; at < rsp.size() && !conn.lost.load();) {
           const std::size_t n = std::min(rsp.size() - at, kChunk);
           if (!recv_all(conn.upstream.fd, rsp.data() + at, n, reply_deadline())) {
             fail_conn(conn, fmt::format("answer to {} cut short", cmd_name(cmd)));
           }
           at += n;
         }
-        if (!conn.failed) from_peer_.fetch_add(8 + rsp.size(), std::memory_order_relaxed);
+        if (!conn.lost.load()) from_peer_.fetch_add(8 + rsp.size(), std::memory_order_relaxed);
       }
     }
-    if (conn.failed) fake_reply(cmd, req, rsp);
+    if (conn.lost.load()) fake_reply(cmd, req, rsp);
     const std::uint64_t n = rsp.size();
     if (!send_all(client, &n, 8, kForever) || !send_all(client, rsp.data(), rsp.size(), kForever)) break;
   }
