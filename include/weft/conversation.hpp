@@ -61,6 +61,15 @@ namespace detail {
 struct ConvHandle;
 }
 
+// An image in a conversation (Conversation::images()).
+struct ImageSpan {
+  std::uint64_t id = 0;         // executor-unique, never reused
+  std::uint32_t begin = 0;      // its first position in tokens()
+  std::uint32_t n_tokens = 0;   // positions (and KV cells) it takes
+  std::uint32_t n_pos = 0;      // positions the model's RoPE advances by (n_tokens unless M-RoPE)
+  bool encoded = false;         // its embeddings are ready (the encoder thread has run)
+};
+
 struct SaveOptions {
   // Write tokens only, no KV data and no logits: a few bytes a token instead
   // of the model's KV size a token. load() gives a conversation whose whole
@@ -87,6 +96,28 @@ class WEFT_API Conversation {
   void prompt(std::string_view text, const PromptOptions &options = {});
   void prompt(std::span<const Token> tokens);
 
+  // Queues an image (needs ExecutorParams::projector): a PNG or JPEG file's
+  // bytes, or raw RGB (width x height x 3 bytes, rows top to bottom). It
+  // becomes the text the projector wraps an image in (e.g.
+  // "<start_of_image>") and one image span of positions (images()), queued
+  // like text. The file is decoded and resized on the calling thread (that
+  // costs what the image costs; it never waits for a step); the vision
+  // encoder runs on the executor's own encoder thread, never inside step():
+  // until its embeddings are ready the conversation's later input waits
+  // while other conversations go on, and a step then decodes the image whole.
+  // Throws Errc::invalid_argument without a projector, for an empty or
+  // unknown file type (PNG and JPEG only), a zero side, RGB bytes of the
+  // wrong size, or while a generation runs; Errc::out_of_range for a side
+  // over 8192 or more than 2^25 pixels, or as prompt() for n_ctx and the
+  // free cells; Errc::corrupt for bytes that do not decode;
+  // Errc::incompatible for an M-RoPE projector (not scheduled yet). A
+  // failure of the encoder itself is the conversation's error().
+  // Images are not saved yet: save() refuses a conversation with one.
+  void prompt_image(std::span<const std::uint8_t> file);
+  void prompt_image(std::uint32_t width, std::uint32_t height, std::span<const std::uint8_t> rgb);
+  // Its images, by position (queued and decoded ones).
+  std::vector<ImageSpan> images() const;
+
   // Starts generating: each step decodes the last sampled token and samples
   // the next. Queued input is decoded first. Throws Errc::invalid_argument if
   // a generation is already running, the conversation is empty, or params are
@@ -104,14 +135,16 @@ class WEFT_API Conversation {
 
   // Drops the last n tokens (queued ones first, then decoded ones). Logits
   // for the new last token come from re-decoding that one token at the next
-  // step. Throws Errc::out_of_range when n > n_tokens(). Cancels a running
-  // generation.
+  // step (the whole image, when it is an image's). Throws Errc::out_of_range
+  // when n > n_tokens(), Errc::invalid_argument when the cut falls inside an
+  // image (images go whole). Cancels a running generation.
   void rewind(std::uint32_t n);
   // Removes history positions [p0, p1) and moves later tokens down (a KV
   // shift — on copies of its own of cells a fork or a shared prefix also
   // holds — or, where the cache cannot shift or there is no room for those
   // copies, re-decoding them). Throws Errc::out_of_range unless p0 <= p1 <=
-  // n_decoded(). Cancels a running generation.
+  // n_decoded(); Errc::invalid_argument when p0 or p1 falls inside an image
+  // (an image inside [p0, p1) goes whole). Cancels a running generation.
   void remove(std::uint32_t p0, std::uint32_t p1);
   // Context shift: keep the first `keep` tokens, drop the next `discard`.
   // Same as remove(keep, keep + discard).
@@ -122,7 +155,9 @@ class WEFT_API Conversation {
   void dispose();
   bool disposed() const;
 
-  // History (decoded) followed by queued input.
+  // History (decoded) followed by queued input. Each position of an image
+  // holds image_token(its id) (weft/types.hpp), a negative value: the
+  // vector stays aligned with positions, but is not valid input to prompt().
   std::vector<Token> tokens() const;
   std::uint32_t n_tokens() const;
   std::uint32_t n_decoded() const;

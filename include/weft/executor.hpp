@@ -37,6 +37,7 @@
 #include "weft/conversation.hpp"
 #include "weft/export.hpp"
 #include "weft/model.hpp"
+#include "weft/projector.hpp"
 
 namespace weft {
 
@@ -133,6 +134,12 @@ struct ExecutorParams {
   // no cache, as before it existed). Must be <= n_ctx. Without flash
   // attention, cached cells lengthen every decode's attention span.
   std::optional<std::uint32_t> prefix_cache_cells;
+  // A vision projector loaded for this executor's model, for
+  // Conversation::prompt_image(). Default empty: no images. With one, the
+  // executor owns an encoder thread (stopped and joined by its destructor,
+  // which waits for at most the image being encoded). Must be loaded for
+  // the same Model (Errc::invalid_argument otherwise).
+  Projector projector;
 };
 
 struct StepBudget {

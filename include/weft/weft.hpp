@@ -10,6 +10,7 @@
 #include "weft/generation.hpp"
 #include "weft/log.hpp"
 #include "weft/model.hpp"
+#include "weft/projector.hpp"
 #include "weft/sampling.hpp"
 #include "weft/types.hpp"
 #include "weft/version.hpp"

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/projector_impl.hpp"
 #include "core/sampling.hpp"
 #include "core/token_queue.hpp"
 #include "exec/adapter_spans.hpp"
@@ -55,8 +56,18 @@ struct KvIntent {
   bool any() const { return park || copy_from != 0 || !erase.empty() || import.has_value(); }
 };
 
+// An image in a conversation: positions [begin, begin + n_tokens) of its
+// history followed by its queue, each holding image_token(id). Decoded
+// whole, from its embeddings, in one step (media.cpp).
+struct MediaSpan {
+  std::uint32_t begin = 0;
+  std::shared_ptr<MediaChunk> chunk;
+  std::uint32_t end() const { return begin + chunk->n_tokens; }
+};
+
 struct Conv {
   std::uint64_t id = 0;
+  std::vector<MediaSpan> media;  // its images, by position (empty for text-only ones)
   std::vector<Token> history;  // decoded (or to be, once reconciled): positions 0..n-1
   TokenQueue queue;            // input waiting to be decoded
   std::vector<float> logits;   // of history.back() when has_logits

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "exec/executor_core.hpp"
+#include "exec/media.hpp"
 #include "core/internal.hpp"
 
 namespace weft {
@@ -167,6 +168,7 @@ Conversation Conversation::fork() {
     auto [child, h] = core.create_locked();
     handle = std::move(h);
     child->history = c.history;
+    child->media = c.media;  // the same images: their embeddings are shared
     child->queue.assign(c.queue.view());
     child->logits = c.logits;
     child->has_logits = c.has_logits;
@@ -211,7 +213,9 @@ void Conversation::rewind(std::uint32_t n) {
       detail::fail(Errc::out_of_range,
                    fmt::format("conversation {}: cannot rewind {} tokens, it has {}", c.id, n, total));
     }
+    check_media_cut(c, total - n, "rewind");
     x.finish_generation_locked(c, FinishReason::cancelled);
+    media_truncate(c, total - n);
     const std::uint32_t from_queue = std::min(n, c.n_queued());
     if (from_queue > 0) {
       c.queue.pop_back(from_queue);
@@ -232,7 +236,10 @@ void Conversation::remove(std::uint32_t p0, std::uint32_t p1) {
                                c.n_decoded()));
     }
     if (p0 == p1) return;
+    check_media_cut(c, p0, "remove");
+    check_media_cut(c, p1, "remove");
     x.finish_generation_locked(c, FinishReason::cancelled);
+    media_erase(c, p0, p1);
     // The cache shifts the rest down at the boundary, or re-decodes it where
     // it cannot shift or forks share the cells (reconcile.cpp).
     if (p1 == c.n_decoded() || !c.kv.has_slot()) c.has_logits = false;  // the last token went, or parked

@@ -21,6 +21,9 @@ using Clock = std::chrono::steady_clock;
 
 void validate(const Model &model, const ExecutorParams &p) {
   auto bad = [](const std::string &msg) { fail(Errc::invalid_argument, msg); };
+  if (p.projector && p.projector.impl()->model.impl() != model.impl()) {
+    bad("ExecutorParams.projector was loaded for another Model (load it with this executor's)");
+  }
   const auto max_seq = static_cast<std::uint32_t>(std::min<std::size_t>(256, llama_max_parallel_sequences()));
   if (p.n_seq_max < 1 || p.n_seq_max > max_seq) {
     bad(fmt::format("ExecutorParams.n_seq_max = {} is outside [1, {}]", p.n_seq_max, max_seq));
@@ -159,6 +162,10 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
       p.spill.recompute, p.prefix_cache_cells.value_or(n_ctx / 4), scratch ? static_cast<int>(params.n_seq_max) : -1);
   if (!model.impl()->rpc.empty()) kv->set_failure_probe([impl = model.impl()] { return impl->failure(); });
   batch = new llama_batch(llama_batch_init(static_cast<int32_t>(params.n_batch), 0, 1));
+  if (params.projector) {
+    projector = params.projector.impl();
+    encoder = std::make_unique<MediaEncoder>(projector, [this] { notify_work(); });
+  }
   stats.step_ms.reserve(StepStats::kWindow);
   stats.decode_ms.reserve(StepStats::kWindow);
   candidates.reserve(params.n_seq_max * 4);
@@ -204,6 +211,9 @@ Executor::~Executor() {
   core_->convs.dirty.clear();
   core_->convs.live = 0;
   core_->closed = true;
+  // Joined: waits for at most the image being encoded (its thread never
+  // takes the state lock).
+  core_->encoder.reset();
   core_->run_boundary_tasks_locked();  // a pending save learns it is disposed
   core_->free_context();
 }

@@ -28,6 +28,7 @@
 #include "exec/conv.hpp"
 #include "exec/decoder.hpp"
 #include "exec/events.hpp"
+#include "exec/media_encoder.hpp"
 #include "exec/worker.hpp"
 #include "kv/kv_manager.hpp"
 #include "sched/cost_model.hpp"
@@ -71,6 +72,17 @@ struct Part {
   std::uint32_t staged;  // when output: its logits' buffer in `staging`
 };
 
+// An image decoded in this step: all of it, from its embeddings (media.cpp).
+struct MediaSegment {
+  Conv *conv;
+  std::shared_ptr<MediaChunk> chunk;
+  std::uint64_t epoch = 0;   // the conversation's epoch when planned
+  std::uint32_t start = 0;   // its cache position when planned
+  AdapterConfigPtr adapters;  // decoded under (null: the base model)
+  bool output = false;        // it ends the queue: its last embedding's logits are read
+  bool failed = false;
+};
+
 // A generation to sample, outside the lock.
 struct SampleJob {
   Conv *conv;
@@ -105,6 +117,11 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::unique_ptr<Decoder> decoder;    // llama_decode, or a test's
   EventQueue events;                   // polled events
   Worker worker;                       // the background stepper
+  // Images: the projector (ExecutorParams::projector) and the thread that
+  // encodes them off the step; null without a projector.
+  std::shared_ptr<Projector::Impl> projector;
+  std::unique_ptr<MediaEncoder> encoder;
+  std::atomic<std::uint64_t> next_media_id{1};
   StepStats stats;
 
   // What a decode's cost grows with: without flash attention every token
@@ -126,6 +143,16 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::vector<std::pair<std::size_t, std::size_t>> work_ranges;
   std::vector<SampleJob> sample_jobs;
   std::vector<Token> reuse_want;  // reuse_locked's scratch
+  // This step's images, and the embeddings batch's buffers (media.cpp).
+  std::vector<MediaSegment> media_segments;
+  std::vector<Conv *> media_wanting;
+  struct MediaBatch {
+    std::vector<float> embd;
+    std::vector<std::int32_t> pos, n_seq_id, seq_id;
+    std::vector<std::int32_t *> seq_ids;
+    std::vector<std::int8_t> logits;
+    std::vector<std::size_t> segs;  // media_segments in it
+  } media_batch;
   // The adapter setting the context decodes under now (run.cpp switches it
   // between a plan's groups), and how many groups this step's plan has.
   AdapterConfigPtr ctx_adapters;
@@ -218,6 +245,17 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // Switches the context to `cfg` unless it decodes under it already;
   // returns whether it switched.
   bool use_adapters(const AdapterConfigPtr &cfg);
+
+  // --- Media (media.cpp) ---
+  // c's queue starts with `m`: a media candidate when its embeddings are
+  // ready; an error on c when its encoding failed.
+  void media_candidate_locked(Conv &c, const MediaSpan &m);
+  // Plans this step's images from media_wanting (each whole), taking their
+  // tokens out of the budget and the free cells.
+  void plan_media_locked(std::uint32_t &token_budget, std::uint32_t &free_cells);
+  // Decodes media_segments in embeddings batches (mu released around each
+  // llama_decode) and commits them.
+  void run_media_locked(StepResult &result, std::unique_lock<std::mutex> &lock);
 
   // --- Run (run.cpp) ---
   // Decodes the segments (mu held on entry and exit, released around each

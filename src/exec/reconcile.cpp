@@ -11,6 +11,7 @@
 
 #include "core/internal.hpp"
 #include "exec/executor_core.hpp"
+#include "exec/media.hpp"
 
 namespace weft::detail {
 namespace {
@@ -53,7 +54,8 @@ bool ExecutorCore::move_to_queue(Conv &c, std::uint32_t pos) {
 // token (it moves back to the queue) so sampling works after the next step.
 void ExecutorCore::ensure_logits_locked(Conv &c) {
   if (c.has_logits || c.history.empty() || c.n_queued() > 0) return;
-  requeue_locked(c, c.n_decoded() - 1);
+  // An image's last position comes back with the whole image.
+  requeue_locked(c, media_floor(c, c.n_decoded() - 1));
 }
 
 bool ExecutorCore::claim_boundary(std::unique_lock<std::mutex> &step) {

@@ -8,6 +8,7 @@
 
 #include "core/internal.hpp"
 #include "exec/executor_core.hpp"
+#include "exec/media.hpp"
 
 namespace weft::detail {
 namespace {
@@ -232,6 +233,8 @@ void ExecutorCore::reuse_locked(Conv &c) {
   // Only positions of one adapter setting, and a donor's of the same.
   const AdapterConfigPtr &cfg = c.next_adapters();
   limit = std::min(limit, c.n_decoded() + c.spans.run(c.n_decoded(), c.n_queued(), c.adapters));
+  // Never into an image still queued: it is decoded whole, from its embeddings.
+  if (!c.media.empty()) limit = std::min(limit, c.n_decoded() + text_run(c));
   const std::uint32_t got = kv->reuse(c.kv, want, limit, adapter_key(cfg.get()));
   if (got == 0) return;
   c.history.insert(c.history.end(), queued.begin(), queued.begin() + got);
@@ -247,6 +250,7 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
     reconcile_locked(&lock);
     candidates.clear();
     plan_convs.clear();
+    media_wanting.clear();
     std::uint64_t wanted = 0;
     double depth_sum = 0, depth_weight = 0;
     std::uint32_t no_slot = 0, held_back = 0, generating = 0;
@@ -284,8 +288,16 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
         continue;
       }
       // A segment decodes under one adapter setting: up to the next change.
-      const std::uint32_t queued =
+      std::uint32_t queued =
           adapters_used ? c.spans.run(c.n_decoded(), c.n_queued(), c.adapters) : c.n_queued();
+      if (!c.media.empty()) {
+        // An image next: planned whole, apart from the tokens (media.cpp).
+        if (const MediaSpan *m = media_front(c)) {
+          media_candidate_locked(c, *m);
+          continue;
+        }
+        queued = std::min(queued, text_run(c));  // text up to the next image
+      }
       candidates.push_back({static_cast<std::uint32_t>(plan_convs.size()), queued, room, c.priority,
                             c.turn_since(), c.gen_token_queued});
       plan_convs.push_back(&c);
@@ -310,7 +322,9 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
       // re-reserves llama.cpp's graph: what they cost comes off the budget.
       token_budget = cost.tokens_within(left - group_overhead_locked(depth), depth, token_budget);
     }
-    plan_batch(candidates, {token_budget, kv->cells_free(), params.max_prompt_chunk, stats.steps}, plan);
+    std::uint32_t free_cells = kv->cells_free();
+    plan_media_locked(token_budget, free_cells);  // images first: each waited for its encoder
+    plan_batch(candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, plan);
     if (budget.max_time && adapters_used && !plan.empty()) replan_for_groups_locked(left, depth, token_budget, wanted);
     const bool pressure = kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted);
     result.blocked = no_slot + held_back;

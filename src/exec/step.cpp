@@ -68,12 +68,13 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   const bool may_age = make_resident_locked(budget.max_tokens.value_or(params.n_batch), lock);
   if (!schedule_locked(budget, t0, result, lock)) return result;
 
-  if (segments.empty()) {
+  if (segments.empty() && media_segments.empty()) {
     // Idle: this step changed nothing, so the next one would not either —
     // whoever is blocked waits for the caller (dispose, rewind, clear_error).
     result.idle = result.tokens_sampled == 0 && moves.parks + moves.restores + moves.recomputes == moves_before &&
                   !may_age && convs.dirty.empty();
   } else {
+    run_media_locked(result, lock);  // images whose embeddings the encoder made
     result.deadline_hit = run_locked(budget, result, lock);
     if (result.deadline_hit) ++stats.deadline_stops;
     stats.tokens_decoded += result.tokens_decoded;
@@ -96,7 +97,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     run_boundary_tasks_locked();
   }
   lock.unlock();
-  if (segments.empty()) result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (segments.empty() && media_segments.empty()) result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return result;
 }
 

@@ -46,4 +46,10 @@ void set_sample_hook(Executor &executor, std::function<void()> hook) {
   core.sample_hook = std::move(hook);
 }
 
+void set_encode_hook(Executor &executor, std::function<void()> hook) {
+  auto &core = TestAccess::core(executor);
+  std::lock_guard lock(core.mu);
+  if (core.encoder) core.encoder->set_hook(std::move(hook));
+}
+
 }  // namespace weft::detail

@@ -28,5 +28,8 @@ void set_decode_hook(Executor &executor, DecodeHook hook);
 void set_abort_hook(Executor &executor, AbortHook hook);
 // Runs on the stepping thread before each sample, with no executor lock held.
 void set_sample_hook(Executor &executor, std::function<void()> hook);
+// Runs on the executor's encoder thread before each image is encoded (the
+// executor needs a projector).
+void set_encode_hook(Executor &executor, std::function<void()> hook);
 
 }  // namespace weft::detail

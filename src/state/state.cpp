@@ -52,6 +52,11 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
 // first kv_from are an earlier conversation's of the same snapshot.
 std::vector<std::uint8_t> save_locked(ExecutorCore &x, const Conv &c, bool tokens_only = false,
                                       std::uint32_t kv_from = 0) {
+  if (!c.media.empty()) {
+    fail(Errc::invalid_argument,
+         fmt::format("conversation {} holds {} image(s), which this weft version cannot save yet", c.id,
+                     c.media.size()));
+  }
   auto r = record_of(x, c);
   if (tokens_only || c.kv.where == Residency::recompute) {
     // Tokens only: the history travels as input, to be decoded on arrival.

@@ -1,0 +1,80 @@
+// The state behind weft::Projector, and the media chunks it makes. Internal.
+//
+// Every mtmd call weft makes is in core/projector.cpp: the executor sees a
+// MediaChunk (how many positions an image takes, how it decodes, and its
+// embeddings once encoded), never an mtmd type.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "weft/error.hpp"
+#include "weft/projector.hpp"
+#include "weft/types.hpp"
+
+namespace weft {
+
+struct Projector::Impl {
+  Model model;
+  void *ctx = nullptr;  // mtmd_context
+  std::int32_t n_embd = 0;  // floats per embedding (llama_model_n_embd_inp)
+  bool mrope = false, non_causal = false;
+  std::mutex encode_mu;  // mtmd's encoder and its output buffer are not re-entrant
+
+  explicit Impl(Model m) : model(std::move(m)) {}
+  Impl(const Impl &) = delete;
+  Impl &operator=(const Impl &) = delete;
+  ~Impl();
+};
+
+}  // namespace weft
+
+namespace weft::detail {
+
+// One image of a conversation: its place in the cache and, once the
+// executor's encoder thread has run, its embeddings. Shared by the
+// conversation's forks (same image, same cells) and the encoder's queue.
+struct MediaChunk {
+  enum State : int { queued = 0, ready = 1, failed = 2 };
+  std::uint64_t id = 0;  // executor-unique (never reused), > 0
+  std::uint32_t n_tokens = 0;  // KV cells (and history positions) it takes
+  std::uint32_t n_pos = 0;     // positions it advances (n_tokens unless M-RoPE)
+  bool non_causal = false;     // decoded with causal attention off
+  std::shared_ptr<void> chunk;  // the mtmd_input_chunk, until encoded
+  // Written by the encoder thread before `state` is released; read only
+  // after an acquire load sees ready or failed.
+  std::atomic<int> state{queued};
+  std::vector<float> embd;  // n_tokens x n_embd
+  std::optional<Error> error;
+};
+
+// An image as input: the text mtmd puts around it (e.g. <start_of_image>)
+// and the image itself.
+struct ImageInput {
+  std::vector<Token> before, after;
+  std::shared_ptr<MediaChunk> media;
+};
+
+// Largest image weft takes, before any decode or resize.
+inline constexpr std::uint32_t kMaxImageSide = 8192;
+inline constexpr std::uint64_t kMaxImagePixels = 1ull << 25;  // 32 Mpx
+
+// Checks and tokenizes an image, on the calling thread (decoding the file
+// and the projector's resize). Throws Errc::invalid_argument (empty, not a
+// PNG or JPEG, a zero side, RGB bytes of the wrong size), Errc::out_of_range
+// (a side or the pixel count over the limits above), Errc::corrupt (bytes
+// that do not decode).
+ImageInput tokenize_image_file(const Projector::Impl &p, std::span<const std::uint8_t> bytes, std::uint64_t id);
+ImageInput tokenize_image_rgb(const Projector::Impl &p, std::uint32_t width, std::uint32_t height,
+                              std::span<const std::uint8_t> rgb, std::uint64_t id);
+
+// Runs the vision encoder for `m` (the executor's encoder thread, never a
+// step) and publishes its embeddings, or the error, through m.state.
+void encode_media(Projector::Impl &p, MediaChunk &m);
+
+}  // namespace weft::detail

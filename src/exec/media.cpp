@@ -1,0 +1,290 @@
+// Images in the step: which conversations' images are ready (their
+// embeddings made by the encoder thread, never here), planning each whole
+// within the budget, and decoding them as embeddings batches beside the
+// token batches — several conversations' images may share one — with
+// causal attention off for images that ask for it, as mtmd's helper does.
+#include <llama.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/adapter_impl.hpp"
+#include "core/internal.hpp"
+#include "exec/executor_core.hpp"
+#include "exec/media.hpp"
+
+namespace weft::detail {
+
+const MediaSpan *media_front(const Conv &c) {
+  for (const auto &m : c.media) {
+    if (m.begin == c.n_decoded()) return &m;
+  }
+  return nullptr;
+}
+
+std::uint32_t text_run(const Conv &c) {
+  for (const auto &m : c.media) {
+    if (m.end() > c.n_decoded()) return std::min(c.n_queued(), m.begin > c.n_decoded() ? m.begin - c.n_decoded() : 0u);
+  }
+  return c.n_queued();
+}
+
+std::uint32_t media_floor(const Conv &c, std::uint32_t pos) {
+  for (const auto &m : c.media) {
+    if (m.begin <= pos && pos < m.end()) return m.begin;
+  }
+  return pos;
+}
+
+void check_media_cut(const Conv &c, std::uint32_t pos, const char *what) {
+  for (const auto &m : c.media) {
+    if (m.begin < pos && pos < m.end()) {
+      fail(Errc::invalid_argument,
+           fmt::format("conversation {}: cannot {} at position {}: image {} takes positions [{}, {}) and is kept or "
+                       "removed whole",
+                       c.id, what, pos, m.chunk->id, m.begin, m.end()));
+    }
+  }
+}
+
+void media_truncate(Conv &c, std::uint32_t n) {
+  std::erase_if(c.media, [n](const MediaSpan &m) { return m.begin >= n; });
+}
+
+void media_erase(Conv &c, std::uint32_t p0, std::uint32_t p1) {
+  std::erase_if(c.media, [&](const MediaSpan &m) { return m.begin >= p0 && m.begin < p1; });
+  for (auto &m : c.media) {
+    if (m.begin >= p1) m.begin -= p1 - p0;
+  }
+}
+
+void ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
+  const int state = m.chunk->state.load(std::memory_order_acquire);
+  if (state == MediaChunk::ready) {
+    media_wanting.push_back(&c);
+  } else if (state == MediaChunk::failed) {
+    // Its input stays held back (not lost) until clear_error(); rewinding
+    // past the image drops it.
+    post_error_locked(c, *m.chunk->error);
+  }
+  // Else still encoding: its later input waits behind it.
+}
+
+void ExecutorCore::plan_media_locked(std::uint32_t &token_budget, std::uint32_t &free_cells) {
+  media_segments.clear();
+  std::sort(media_wanting.begin(), media_wanting.end(), [](const Conv *a, const Conv *b) {
+    if (a->priority != b->priority) return a->priority > b->priority;
+    if (a->turn_since() != b->turn_since()) return a->turn_since() < b->turn_since();
+    return a->id < b->id;
+  });
+  for (Conv *c : media_wanting) {
+    const MediaSpan *m = media_front(*c);
+    const std::uint32_t n = m->chunk->n_tokens;
+    if (n > free_cells || n > n_ctx - std::min(n_ctx, c->n_decoded())) continue;  // waits for cells
+    // An image is decoded whole: when the budget holds it, or — so that one
+    // bigger than any budget still goes — as the step's first image once it
+    // has waited kAgingSteps steps.
+    const bool overdue = media_segments.empty() && stats.steps - c->turn_since() >= kAgingSteps;
+    if (n > token_budget && !overdue) continue;
+    media_segments.push_back({.conv = c,
+                              .chunk = m->chunk,
+                              .epoch = c->epoch,
+                              .start = c->n_decoded(),
+                              .adapters = adapters_used ? c->next_adapters() : nullptr,
+                              .output = n == c->n_queued()});
+    token_budget -= std::min(n, token_budget);
+    free_cells -= n;
+  }
+}
+
+namespace {
+
+bool stale(const MediaSegment &s) {
+  return s.conv->disposed || s.conv->epoch != s.epoch || s.conv->kv.n() != s.start;
+}
+
+void commit_media(ExecutorCore &x, MediaSegment &s, std::vector<float> *logits, StepResult &result) {
+  Conv &c = *s.conv;
+  const std::uint32_t n = s.chunk->n_tokens;
+  result.tokens_decoded += n;
+  ++result.conversations;
+  if (c.disposed || c.epoch != s.epoch) {
+    x.kv->commit_stale(c.kv, n);  // in the cache; reconcile takes it out again
+    x.convs.mark_dirty(c);
+    return;
+  }
+  const auto input = c.queue.view().first(n);
+  x.kv->commit(c.kv, input, adapter_key(s.adapters.get()));
+  c.spans.record(c.n_decoded(), n, s.adapters);
+  c.history.insert(c.history.end(), input.begin(), input.end());
+  c.queue.pop_front(n);
+  if (logits != nullptr) {
+    c.logits.swap(*logits);
+    c.has_logits = true;
+  } else {
+    c.has_logits = false;
+  }
+  c.gen_token_queued = false;
+  c.last_served = x.stats.steps;
+}
+
+// Decodes the images `segs` (of media_segments) together; an image longer
+// than n_batch goes in n_batch pieces, as mtmd_helper_decode_image_chunk
+// splits it. Commits them on success; on failure takes their cells out again
+// and returns the llama_decode code.
+int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResult &result,
+                 std::unique_lock<std::mutex> &lock) {
+  auto &mb = x.media_batch;
+  auto &all = x.media_segments;
+  const std::size_t n_embd = static_cast<std::size_t>(x.projector->n_embd);
+  const MediaSegment &first = all[segs.front()];
+  if (x.adapters_used) x.use_adapters(first.adapters);  // throws Errc::backend: the caller fails the group
+  const bool non_causal = first.chunk->non_causal;
+  std::size_t outputs = 0;
+  // Rows in order: each image's embeddings, one image after the other.
+  std::size_t seg = 0;
+  std::uint32_t k = 0;  // next embedding of segs[seg]
+  int rc = 0;
+  while (rc == 0 && seg < segs.size()) {
+    const std::uint32_t cap = x.params.n_batch;
+    mb.embd.resize(std::size_t(cap) * n_embd);
+    mb.pos.resize(cap);
+    mb.n_seq_id.assign(cap, 1);
+    mb.seq_id.resize(cap);
+    mb.seq_ids.resize(cap + 1);
+    mb.logits.assign(cap, 0);
+    std::uint32_t rows = 0;
+    std::vector<std::pair<std::size_t, std::uint32_t>> out_rows;  // (segment, row)
+    while (rows < cap && seg < segs.size()) {
+      const MediaSegment &s = all[segs[seg]];
+      const std::uint32_t n = s.chunk->n_tokens;
+      const std::uint32_t take = std::min(cap - rows, n - k);
+      std::copy_n(s.chunk->embd.data() + std::size_t(k) * n_embd, std::size_t(take) * n_embd,
+                  mb.embd.data() + std::size_t(rows) * n_embd);
+      for (std::uint32_t j = 0; j < take; ++j) {
+        const std::uint32_t row = rows + j;
+        mb.pos[row] = static_cast<std::int32_t>(s.start + k + j);
+        mb.seq_id[row] = s.conv->kv.seq;
+        mb.seq_ids[row] = &mb.seq_id[row];
+      }
+      rows += take;
+      k += take;
+      if (k == n) {
+        if (s.output) {
+          mb.logits[rows - 1] = 1;
+          out_rows.emplace_back(segs[seg], rows - 1);
+        }
+        ++seg;
+        k = 0;
+      }
+      if (take < n && k != 0) break;  // an image over n_batch: alone, piece by piece
+    }
+    llama_batch b{};
+    b.n_tokens = static_cast<std::int32_t>(rows);
+    b.embd = mb.embd.data();
+    b.pos = mb.pos.data();
+    b.n_seq_id = mb.n_seq_id.data();
+    b.seq_id = mb.seq_ids.data();
+    b.logits = mb.logits.data();
+    x.kv->make_room(rows);  // the prefix cache gives way
+    if (x.staging.size() < outputs + out_rows.size()) x.staging.resize(outputs + out_rows.size());
+    lock.unlock();
+    if (non_causal) llama_set_causal_attn(x.ctx, false);
+    const auto d0 = std::chrono::steady_clock::now();
+    rc = x.decoder->decode(x.ctx, b);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
+    if (non_causal) llama_set_causal_attn(x.ctx, true);
+    if (rc == 0) {
+      for (const auto &[si, row] : out_rows) {
+        const float *lg = llama_get_logits_ith(x.ctx, static_cast<std::int32_t>(row));
+        x.staging[outputs++].assign(lg, lg + x.n_vocab);
+      }
+    }
+    lock.lock();
+    result.decode_seconds += took;
+    ++result.decode_calls;
+  }
+  if (rc != 0) {
+    for (std::size_t i : segs) x.kv->roll_back(all[i].conv->kv);
+    return rc;
+  }
+  std::size_t o = 0;
+  for (std::size_t i : segs) commit_media(x, all[i], all[i].output ? &x.staging[o++] : nullptr, result);
+  return 0;
+}
+
+}  // namespace
+
+void ExecutorCore::run_media_locked(StepResult &result, std::unique_lock<std::mutex> &lock) {
+  const std::uint32_t ucap = params.n_ubatch;
+  std::vector<std::size_t> group;
+  std::size_t i = 0;
+  while (i < media_segments.size()) {
+    // A group shares one embeddings batch: images of one adapter setting and
+    // attention kind, together no more than a micro-batch, so llama.cpp
+    // decodes each image in one ubatch as it would alone.
+    group.clear();
+    std::uint32_t total = 0;
+    for (; i < media_segments.size(); ++i) {
+      MediaSegment &s = media_segments[i];
+      if (stale(s)) {
+        s.failed = true;
+        continue;
+      }
+      const std::uint32_t n = s.chunk->n_tokens;
+      if (!group.empty()) {
+        const MediaSegment &f = media_segments[group.front()];
+        if (total + n > ucap || f.chunk->non_causal != s.chunk->non_causal ||
+            !same_adapters(f.adapters.get(), s.adapters.get())) {
+          break;
+        }
+      }
+      group.push_back(i);
+      total += n;
+      if (n > ucap) {
+        ++i;
+        break;
+      }
+    }
+    if (group.empty()) continue;
+    int rc = 0;
+    try {
+      rc = decode_group(*this, group, result, lock);
+    } catch (const Error &e) {
+      for (std::size_t g : group) {  // llama.cpp refused the adapter setting
+        post_error_locked(*media_segments[g].conv, e);
+        ++result.failed;
+      }
+      continue;
+    }
+    if (rc == 0) continue;
+    ++stats.decode_failures;
+    // Narrowed down: each image alone, so one bad image fails only its own.
+    const std::vector<std::size_t> tried = group;
+    for (std::size_t g : tried) {
+      MediaSegment &s = media_segments[g];
+      if (stale(s)) {
+        s.failed = true;  // changed meanwhile: nothing to decode for it
+        continue;
+      }
+      if (tried.size() > 1) {
+        group.assign(1, g);
+        try {
+          if ((rc = decode_group(*this, group, result, lock)) == 0) continue;
+        } catch (const Error &) {
+          // Reported below as this image's failure.
+        }
+      }
+      s.failed = true;
+      post_error_locked(*s.conv, Error(Errc::backend, fmt::format("llama_decode returned {} for image {} of "
+                                                                  "conversation {} ({} embeddings at position {})",
+                                                                  rc, s.chunk->id, s.conv->id, s.chunk->n_tokens,
+                                                                  s.start)));
+      ++result.failed;
+    }
+  }
+}
+
+}  // namespace weft::detail

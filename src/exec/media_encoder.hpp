@@ -1,0 +1,57 @@
+// MediaEncoder: the executor's image encoder thread.
+//
+// prompt_image() queues an image here; this thread runs the projector's
+// vision encoder on it (tens of milliseconds to seconds), so a step never
+// does: the step decodes an image only once its embeddings are ready, and
+// meanwhile the conversation's later input waits behind it while everyone
+// else keeps stepping. `on_ready` (the worker's wake-up) is called after each
+// image, with no lock of the encoder held. Images nobody holds any more (a
+// disposed conversation's) are skipped.
+//
+// Bounded: the thread sleeps at most kIdle between checks of its stop flag;
+// the destructor stops and joins it, waiting for at most the encode in
+// progress. Thread-safe; its lock is taken after the executor's state lock.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "core/projector_impl.hpp"
+
+namespace weft::detail {
+
+class MediaEncoder {
+ public:
+  static constexpr std::chrono::milliseconds kIdle{100};
+
+  MediaEncoder(std::shared_ptr<Projector::Impl> projector, std::function<void()> on_ready);
+  ~MediaEncoder();
+  MediaEncoder(const MediaEncoder &) = delete;
+  MediaEncoder &operator=(const MediaEncoder &) = delete;
+
+  void push(std::shared_ptr<MediaChunk> m);
+  // Images queued or being encoded.
+  std::size_t pending() const;
+  // Tests: runs on the encoder thread before each encode.
+  void set_hook(std::function<void()> hook);
+
+ private:
+  void loop();
+
+  std::shared_ptr<Projector::Impl> projector_;
+  std::function<void()> on_ready_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<MediaChunk>> queue_;
+  std::size_t busy_ = 0;
+  std::function<void()> hook_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after everything it reads
+};
+
+}  // namespace weft::detail
