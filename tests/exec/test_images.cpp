@@ -498,3 +498,62 @@ TEST(Images, BadInputRefusedWhileOthersGenerate) {
 }
 
 #endif  // WEFT_HAVE_MTMD
+
+#ifdef WEFT_HAVE_MTMD
+// Three conversations' images ready in one step share one embeddings batch
+// (3 x 16 <= n_ubatch) and each still has the logits of its decode alone.
+TEST(Images, ImagesShareOneEmbeddingsBatch) {
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(5);
+  weft::Executor ex(m, params());
+  std::vector<int> embd_rows;
+  weft::detail::set_decode_hook(ex, [&](const llama_batch &b) {
+    if (b.embd != nullptr) embd_rows.push_back(b.n_tokens);
+    return 0;
+  });
+  std::vector<weft::Conversation> convs;
+  std::vector<std::vector<Part>> inputs;
+  std::vector<ImageParts> keep;
+  for (int i = 0; i < 3; ++i) {
+    const auto a = random_tokens(rng, m, 4 + i, true), b = random_tokens(rng, m, 3 + i);
+    const Rgb img = random_image(rng, 32, 32);
+    keep.push_back(tokenize(img));
+    convs.push_back(ex.create());
+    convs.back().prompt(a);
+    convs.back().prompt_image(img.w, img.h, img.px);
+    convs.back().prompt(b);
+    inputs.push_back({a, keep.back().before, keep.back().image, keep.back().after, b});
+  }
+  // Every image encoded before the step that decodes them.
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < until && !std::all_of(convs.begin(), convs.end(), [](auto &c) {
+           return c.images()[0].encoded;
+         })) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  run_until_logits(ex, convs, rng, 64);
+  EXPECT_EQ(embd_rows, std::vector<int>{48});
+  for (int i = 0; i < 3; ++i) expect_logits(convs[i], reference(inputs[i]), fmt::format("image {}", i));
+}
+
+// M-RoPE projectors load, but their images are not scheduled yet.
+TEST(Images, MropeProjectorRefused) {
+  const auto dir = weft_test::temp_dir("images-mrope");
+  const auto text = (dir / "qwen2vl-text.gguf").string(), proj = (dir / "qwen2vl.gguf").string();
+  weft::make_qwen2vl_text_model(weft_test::tiny_path(), text);
+  weft::make_mmproj({.base = text, .out = proj, .kind = weft::MmprojKind::qwen2vl});
+  const auto model = weft::Model::load({.path = text});
+  const auto p = weft::Projector::load(model, {.path = proj});
+  EXPECT_TRUE(p.mrope());
+  weft::Executor ex(model, {.n_ctx = 256, .n_batch = 32, .n_seq_max = 2, .n_threads = 1, .projector = p});
+  auto c = ex.create();
+  EXPECT_TRUE(throws_weft([&] { c.prompt_image(16, 16, std::vector<std::uint8_t>(16 * 16 * 3)); },
+                          weft::Errc::incompatible, "M-RoPE"));
+  // A projector for another model is refused by the executor.
+  EXPECT_TRUE(throws_weft([&] { weft::Executor bad(weft_test::tiny(), {.n_ctx = 256, .n_batch = 32, .projector = p}); },
+                          weft::Errc::invalid_argument, "another Model"));
+  EXPECT_TRUE(throws_weft([&] { (void)weft::Projector::load(model, {.path = (dir / "none.gguf").string()}); },
+                          weft::Errc::not_found));
+  EXPECT_TRUE(throws_weft([&] { (void)weft::Projector::load(model, {.path = text}); }, weft::Errc::incompatible));
+}
+#endif  // WEFT_HAVE_MTMD
