@@ -12,6 +12,7 @@
 
 #include "core/adapter_impl.hpp"
 #include "core/internal.hpp"
+#include "core/model_impl.hpp"
 #include "exec/executor_core.hpp"
 #include "exec/media.hpp"
 
@@ -130,6 +131,9 @@ void commit_media(ExecutorCore &x, MediaSegment &s, std::vector<float> *logits, 
   c.last_served = x.stats.steps;
 }
 
+// decode_group's code when the model's RPC peer failed: not llama.cpp's.
+constexpr int kPeerLost = -1000;
+
 // Decodes the images `segs` (of media_segments) together; an image longer
 // than n_batch goes in n_batch pieces, as mtmd_helper_decode_image_chunk
 // splits it. Commits them on success; on failure takes their cells out again
@@ -203,6 +207,9 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
       }
     }
     lock.lock();
+    // An RPC peer failed during this decode: its logits are the relay's
+    // zeros, never committed.
+    if (!x.model.impl()->failure().empty()) rc = kPeerLost;
     result.decode_seconds += took;
     ++result.decode_calls;
   }
@@ -249,6 +256,20 @@ void ExecutorCore::run_media_locked(StepResult &result, std::unique_lock<std::mu
       }
     }
     if (group.empty()) continue;
+    // Nothing reaches a dead RPC peer's stand-in; each image is its
+    // conversation's error.
+    const auto fail_if_lost = [&] {
+      const std::string lost = model.impl()->failure();
+      if (lost.empty()) return false;
+      for (std::size_t g : group) {
+        media_segments[g].failed = true;
+        post_error_locked(*media_segments[g].conv,
+                          Error(Errc::backend, fmt::format("conversation {}: {}", media_segments[g].conv->id, lost)));
+        ++result.failed;
+      }
+      return true;
+    };
+    if (fail_if_lost()) continue;
     int rc = 0;
     try {
       rc = decode_group(*this, group, result, lock);
@@ -261,6 +282,7 @@ void ExecutorCore::run_media_locked(StepResult &result, std::unique_lock<std::mu
     }
     if (rc == 0) continue;
     ++stats.decode_failures;
+    if (rc == kPeerLost && fail_if_lost()) continue;
     // Narrowed down: each image alone, so one bad image fails only its own.
     const std::vector<std::size_t> tried = group;
     for (std::size_t g : tried) {
