@@ -112,7 +112,7 @@ class WEFT_API Conversation {
   // free cells; Errc::corrupt for bytes that do not decode;
   // Errc::incompatible for an M-RoPE projector (not scheduled yet). A
   // failure of the encoder itself is the conversation's error().
-  // Images are not saved yet: save() refuses a conversation with one.
+  // Images travel with save()/load() and spill (docs/STATE_FORMAT.md).
   void prompt_image(std::span<const std::uint8_t> file);
   void prompt_image(std::uint32_t width, std::uint32_t height, std::span<const std::uint8_t> rgb);
   // Its images, by position (queued and decoded ones).
@@ -213,7 +213,11 @@ class WEFT_API Conversation {
 
   // The conversation's state as bytes (docs/STATE_FORMAT.md): history,
   // queued input, logits, sampler state, a running generation, KV data. Load
-  // it with Executor::load into any executor of the same model. The one call
+  // it with Executor::load into any executor of the same model (and, when it
+  // holds images, the same projector: else Errc::incompatible). Each image
+  // travels as its embeddings, or as its source while still waiting for the
+  // encoder (encoded again on load); a conversation whose image failed to
+  // encode is refused with that image's error. The one call
   // that waits for a running step (the KV data is read at a step boundary);
   // save_async() does not. save(path) writes atomically (temp file, fsync,
   // rename): a crash mid-save leaves the previous file intact.

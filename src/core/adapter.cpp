@@ -33,27 +33,6 @@ const Adapter::Impl &live(const std::shared_ptr<const Adapter::Impl> &impl) {
   return *impl;
 }
 
-// Size and up to 1 MiB from each end: equal files, equal values (FNV-1a).
-std::uint64_t file_fingerprint(const std::string &path) {
-  std::uint64_t h = 1469598103934665603ull;
-  auto add = [&h](const char *p, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
-  };
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> chunk(1 << 20);
-  in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-  add(chunk.data(), static_cast<std::size_t>(in.gcount()));
-  in.clear();
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<std::int64_t>(in.tellg());
-  add(reinterpret_cast<const char *>(&size), sizeof size);
-  if (size > static_cast<std::int64_t>(chunk.size())) {
-    in.seekg(size - static_cast<std::int64_t>(chunk.size()));
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    add(chunk.data(), static_cast<std::size_t>(in.gcount()));
-  }
-  return h;
-}
 
 // A string value, or "" when absent or of another type (gguf_get_val_str
 // asserts on the type).
@@ -191,7 +170,7 @@ Adapter Model::load_adapter(const std::string &path) const {
                              "vector (direction.<layer> tensors)",
                              path, type, adapter_type));
   }
-  a->fingerprint = file_fingerprint(path);
+  a->fingerprint = detail::file_fingerprint(path);
   {
     std::lock_guard g(impl_->adapters_mu);
     auto &v = impl_->adapters;

@@ -89,4 +89,26 @@ std::vector<std::uint8_t> read_file(const std::string &path, std::uint64_t max_b
   return out;
 }
 
+// Size and up to 1 MiB from each end: equal files, equal values (FNV-1a).
+std::uint64_t file_fingerprint(const std::string &path) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto add = [&h](const char *p, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
+  };
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> chunk(1 << 20);
+  in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+  add(chunk.data(), static_cast<std::size_t>(in.gcount()));
+  in.clear();
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::int64_t>(in.tellg());
+  add(reinterpret_cast<const char *>(&size), sizeof size);
+  if (size > static_cast<std::int64_t>(chunk.size())) {
+    in.seekg(size - static_cast<std::int64_t>(chunk.size()));
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    add(chunk.data(), static_cast<std::size_t>(in.gcount()));
+  }
+  return h;
+}
+
 }  // namespace weft::detail

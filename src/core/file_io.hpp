@@ -39,4 +39,9 @@ void require_regular_file(const std::string &path, const char *what);
 // larger than `max_bytes`, Errc::io on a read error.
 std::vector<std::uint8_t> read_file(const std::string &path, std::uint64_t max_bytes);
 
+// A file's fingerprint: its size and up to 1 MiB from each end (FNV-1a), so
+// equal files have equal values (adapters, projectors). 0 bytes read from a
+// missing file still give a value; callers check the file first.
+std::uint64_t file_fingerprint(const std::string &path);
+
 }  // namespace weft::detail

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "core/model_impl.hpp"
 #include "core/projector_impl.hpp"
@@ -59,6 +60,7 @@ Projector Projector::load(const Model &model, const ProjectorParams &params) {
     detail::fail(Errc::incompatible, fmt::format("projector '{}' has no vision encoder", params.path));
   }
   impl->n_embd = llama_model_n_embd_inp(model.impl()->model);
+  impl->fingerprint = detail::file_fingerprint(params.path);
   impl->mrope = mtmd_decode_use_mrope(ctx);
   impl->non_causal = mtmd_decode_use_non_causal(ctx, nullptr);
   Projector out;
@@ -193,7 +195,9 @@ ImageInput tokenize_image_file(const Projector::Impl &p, std::span<const std::ui
     fail(Errc::corrupt, fmt::format("prompt_image: {} bytes do not decode as an image", bytes.size()));
   }
   check_size(mtmd_bitmap_get_nx(bitmap.get()), mtmd_bitmap_get_ny(bitmap.get()), "prompt_image");
-  return tokenize(p, std::move(bitmap), id);
+  auto out = tokenize(p, std::move(bitmap), id);
+  out.media->source.assign(bytes.begin(), bytes.end());
+  return out;
 #else
   (void)p;
   (void)id;
@@ -211,7 +215,11 @@ ImageInput tokenize_image_rgb(const Projector::Impl &p, std::uint32_t width, std
 #ifdef WEFT_HAVE_MTMD
   BitmapPtr bitmap(mtmd_bitmap_init(width, height, rgb.data()));
   if (!bitmap) fail(Errc::backend, "prompt_image: mtmd could not make a bitmap");
-  return tokenize(p, std::move(bitmap), id);
+  auto out = tokenize(p, std::move(bitmap), id);
+  out.media->source.assign(rgb.begin(), rgb.end());
+  out.media->width = width;
+  out.media->height = height;
+  return out;
 #else
   (void)p;
   (void)id;

@@ -23,6 +23,7 @@ struct Projector::Impl {
   Model model;
   void *ctx = nullptr;  // mtmd_context
   std::int32_t n_embd = 0;  // floats per embedding (llama_model_n_embd_inp)
+  std::uint64_t fingerprint = 0;  // of its file (states with images name it)
   bool mrope = false, non_causal = false;
   std::mutex encode_mu;  // mtmd's encoder and its output buffer are not re-entrant
 
@@ -51,6 +52,11 @@ struct MediaChunk {
   std::atomic<int> state{queued};
   std::vector<float> embd;  // n_tokens x n_embd
   std::optional<Error> error;
+  // What it was made from, kept until encoded so that a save before then
+  // can carry it (file bytes, or width x height x 3 RGB when width > 0).
+  // Cleared under the executor's state lock once ready, read under it.
+  std::vector<std::uint8_t> source;
+  std::uint32_t width = 0, height = 0;
 };
 
 // An image as input: the text mtmd puts around it (e.g. <start_of_image>)

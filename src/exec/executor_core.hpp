@@ -45,6 +45,8 @@ struct StepStats {
   static constexpr std::size_t kWindow = 1024;
   std::uint64_t steps = 0, tokens_decoded = 0, tokens_sampled = 0, decode_failures = 0, deadline_stops = 0;
   std::uint64_t adapter_switches = 0;
+  std::uint64_t image_batches = 0;
+  double image_decode_s = 0;
   std::vector<float> step_ms, decode_ms;  // rings of kWindow
   std::size_t pos = 0;
   void record(double step_s, double decode_s);

@@ -64,6 +64,7 @@ void media_erase(Conv &c, std::uint32_t p0, std::uint32_t p1) {
 void ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
   const int state = m.chunk->state.load(std::memory_order_acquire);
   if (state == MediaChunk::ready) {
+    if (!m.chunk->source.empty()) std::vector<std::uint8_t>().swap(m.chunk->source);  // saves carry the embeddings now
     media_wanting.push_back(&c);
   } else if (state == MediaChunk::failed) {
     // Its input stays held back (not lost) until clear_error(); rewinding
@@ -212,6 +213,8 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     if (!x.model.impl()->failure().empty()) rc = kPeerLost;
     result.decode_seconds += took;
     ++result.decode_calls;
+    ++x.stats.image_batches;
+    x.stats.image_decode_s += took;
   }
   if (rc != 0) {
     for (std::size_t i : segs) x.kv->roll_back(all[i].conv->kv);

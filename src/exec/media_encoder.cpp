@@ -1,6 +1,8 @@
 // MediaEncoder: one thread, a queue of images, the projector's encoder.
 #include "exec/media_encoder.hpp"
 
+#include <fmt/format.h>
+
 namespace weft::detail {
 
 MediaEncoder::MediaEncoder(std::shared_ptr<Projector::Impl> projector, std::function<void()> on_ready)
@@ -29,10 +31,30 @@ std::size_t MediaEncoder::pending() const {
   return queue_.size() + busy_;
 }
 
+MediaEncoder::Counters MediaEncoder::counters() const {
+  std::lock_guard lock(mu_);
+  return counters_;
+}
+
 void MediaEncoder::set_hook(std::function<void()> hook) {
   std::lock_guard lock(mu_);
   hook_ = std::move(hook);
 }
+
+namespace {
+// A test's hook that throws fails the image as the encoder would.
+bool run_hook(const std::function<void()> &hook, MediaChunk &m) {
+  if (!hook) return true;
+  try {
+    hook();
+    return true;
+  } catch (const std::exception &e) {
+    m.error = Error(Errc::backend, fmt::format("the vision encoder failed on image {}: {}", m.id, e.what()));
+    m.state.store(MediaChunk::failed, std::memory_order_release);
+    return false;
+  }
+}
+}  // namespace
 
 void MediaEncoder::loop() {
   std::unique_lock lock(mu_);
@@ -47,12 +69,15 @@ void MediaEncoder::loop() {
     ++busy_;
     auto hook = hook_;
     lock.unlock();
-    if (hook) hook();
-    encode_media(*projector_, *m);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (run_hook(hook, *m)) encode_media(*projector_, *m);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m.reset();
     on_ready_();
     lock.lock();
     --busy_;
+    ++counters_.encoded;
+    counters_.seconds += took;
   }
 }
 

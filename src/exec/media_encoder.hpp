@@ -37,7 +37,13 @@ class MediaEncoder {
   void push(std::shared_ptr<MediaChunk> m);
   // Images queued or being encoded.
   std::size_t pending() const;
-  // Tests: runs on the encoder thread before each encode.
+  struct Counters {
+    std::uint64_t encoded = 0;  // images the encoder ran on (failed ones included)
+    double seconds = 0;         // its time on them
+  };
+  Counters counters() const;
+  // Tests: runs on the encoder thread before each encode; one that throws
+  // fails that image (Errc::backend with its message) as the encoder would.
   void set_hook(std::function<void()> hook);
 
  private:
@@ -49,6 +55,7 @@ class MediaEncoder {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<MediaChunk>> queue_;
   std::size_t busy_ = 0;
+  Counters counters_;
   std::function<void()> hook_;
   bool stop_ = false;
   std::thread thread_;  // last: starts after everything it reads

@@ -9,6 +9,7 @@
 #include "core/internal.hpp"
 #include "state/state_adapters.hpp"
 #include "state/state_codec.hpp"
+#include "state/state_media.hpp"
 
 namespace weft {
 namespace detail {
@@ -44,7 +45,7 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
     r.gen = std::move(gr);
   }
   record_adapters(c, r);
-  (void)x;
+  record_media(x, c, r);
   return r;
 }
 
@@ -52,11 +53,6 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
 // first kv_from are an earlier conversation's of the same snapshot.
 std::vector<std::uint8_t> save_locked(ExecutorCore &x, const Conv &c, bool tokens_only = false,
                                       std::uint32_t kv_from = 0) {
-  if (!c.media.empty()) {
-    fail(Errc::invalid_argument,
-         fmt::format("conversation {} holds {} image(s), which this weft version cannot save yet", c.id,
-                     c.media.size()));
-  }
   auto r = record_of(x, c);
   if (tokens_only || c.kv.where == Residency::recompute) {
     // Tokens only: the history travels as input, to be decoded on arrival.
@@ -100,7 +96,7 @@ std::uint32_t shared_with_earlier(const Conv &c, std::span<const Conv *const> ea
 // into the cache now when no step runs (a refusal throws, the executor
 // unchanged), else at the next step boundary.
 Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, std::optional<Sampler> &&gen_sampler,
-                          ResolvedAdapters &&adapters) {
+                          ResolvedAdapters &&adapters, ResolvedMedia &&media) {
   if (x.closed) fail(Errc::disposed, "the executor was destroyed");
   // As settle_locked: into the cache at once only when nobody else steps,
   // before the conversation exists, so a refusal leaves nothing behind.
@@ -124,6 +120,8 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
   c->adapters = std::move(adapters.current);
   c->spans = std::move(adapters.spans);
   x.adapters_used = x.adapters_used || adapters.any;
+  c->media = std::move(media.spans);
+  for (auto &m : media.to_encode) x.encoder->push(std::move(m));  // resolve_media checked the projector
   if (r.gen) {
     auto g = std::make_shared<GenState>();
     g->params.max_tokens = r.gen->max_tokens;
@@ -206,10 +204,12 @@ struct Decoded {
   Sampler sampler;
   std::optional<Sampler> gen_sampler;
   ResolvedAdapters adapters;
+  ResolvedMedia media;
 };
 
-// Pure decoding and sampler replay: no executor state touched.
-Decoded decode_for(ExecutorCore &x, std::span<const std::uint8_t> bytes) {
+// Pure decoding, sampler replay and images made ready: no executor state
+// touched but media ids taken.
+Decoded decode_for(ExecutorCore &x, std::span<const std::uint8_t> bytes, MediaIds &ids) {
   auto rec = decode_conversation(bytes, x.model.fingerprint(), x.n_vocab, x.n_ctx);
   const auto n_ctx = static_cast<std::int32_t>(x.n_ctx);
   Sampler s = rec.sampler_state ? Sampler::restore(x.model, rec.sampler_params, n_ctx, *rec.sampler_state)
@@ -220,7 +220,8 @@ Decoded decode_for(ExecutorCore &x, std::span<const std::uint8_t> bytes) {
                                       : Sampler(x.model, *rec.gen->sampler, n_ctx));
   }
   auto adapters = resolve_adapters(x, rec);
-  return {std::move(rec), std::move(s), std::move(gs), std::move(adapters)};
+  auto media = resolve_media(x, rec, ids);
+  return {std::move(rec), std::move(s), std::move(gs), std::move(adapters), std::move(media)};
 }
 
 }  // namespace
@@ -323,12 +324,13 @@ void Conversation::prefetch() {
 
 Conversation Executor::load(std::span<const std::uint8_t> state) {
   auto &x = detail::live_core(core_);
-  auto d = detail::decode_for(x, state);  // validates before anything changes
+  detail::MediaIds ids;
+  auto d = detail::decode_for(x, state, ids);  // validates before anything changes
   Conversation conv;
   {
     std::lock_guard lock(x.mu);
     conv = detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler),
-                                std::move(d.adapters));
+                                std::move(d.adapters), std::move(d.media));
   }
   x.notify_work();
   return conv;
@@ -365,7 +367,8 @@ std::map<std::uint64_t, Conversation> Executor::load_all(std::span<const std::ui
   auto &x = detail::live_core(core_);
   const auto parts = detail::decode_snapshot(snapshot, x.model.fingerprint());
   std::vector<std::pair<std::uint64_t, detail::Decoded>> decoded;
-  for (const auto &[id, bytes] : parts) decoded.emplace_back(id, detail::decode_for(x, bytes));
+  detail::MediaIds ids;  // one image shared by forks stays one
+  for (const auto &[id, bytes] : parts) decoded.emplace_back(id, detail::decode_for(x, bytes, ids));
   // Declared before the locks: on failure its handles go after they are released.
   std::map<std::uint64_t, Conversation> out;
   {
@@ -373,7 +376,7 @@ std::map<std::uint64_t, Conversation> Executor::load_all(std::span<const std::ui
     try {
       for (auto &[id, d] : decoded) {
         out.emplace(id, detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler),
-                                             std::move(d.adapters)));
+                                             std::move(d.adapters), std::move(d.media)));
       }
     } catch (...) {
       // All or nothing.

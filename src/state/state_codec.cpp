@@ -86,11 +86,13 @@ class Reader {
     raw(s.data(), s.size(), field);
     return s;
   }
-  std::vector<Token> tokens(const char *field, std::int32_t n_vocab, bool allow_prompt_marks = false) {
+  std::vector<Token> tokens(const char *field, std::int32_t n_vocab, bool allow_prompt_marks = false,
+                            bool allow_media = false) {
     std::vector<Token> t(count(kMaxTokens, field));
     raw(t.data(), t.size() * sizeof(Token), field);
     for (Token x : t) {
-      const bool ok = (x >= 0 && x < n_vocab) || (allow_prompt_marks && x < 0 && -(x + 1) < n_vocab);
+      const bool ok = (x >= 0 && x < n_vocab) || (allow_prompt_marks && x < 0 && -(x + 1) < n_vocab) ||
+                      (allow_media && x < 0);
       if (!ok) fail(Errc::corrupt, fmt::format("{}: {} holds token id {} outside [0, {})", what_, field, x, n_vocab));
     }
     return t;
@@ -198,6 +200,79 @@ std::uint32_t crc32(std::span<const std::uint8_t> bytes) {
   return c ^ 0xFFFFFFFFu;
 }
 
+// The images of a version 4 record, each checked against the positions it
+// claims: in order, whole on one side of the decoded/queued boundary, every
+// position holding image_token(id) and no other position a negative value.
+void read_media(Reader &r, ConvRecord &c, const char *what) {
+  c.projector_fingerprint = r.get<std::uint64_t>("projector fingerprint");
+  c.media_n_embd = r.get<std::uint32_t>("media n_embd");
+  const auto n = r.count(kMaxMedia, "image count");
+  if (n > 0 && (c.media_n_embd == 0 || c.media_n_embd > kMaxMediaEmbd)) {
+    fail(Errc::corrupt, fmt::format("{}: images of {} floats per embedding (1 to {})", what, c.media_n_embd,
+                                    kMaxMediaEmbd));
+  }
+  const std::size_t n_hist = c.history.size(), total = n_hist + c.queue.size();
+  auto at = [&](std::size_t i) { return i < n_hist ? c.history[i] : c.queue[i - n_hist]; };
+  std::size_t next = 0;  // positions before it are checked
+  auto check_text = [&](std::size_t until) {
+    for (; next < until; ++next) {
+      if (at(next) < 0) fail(Errc::corrupt, fmt::format("{}: position {} holds {}, no image's", what, next, at(next)));
+    }
+  };
+  for (std::uint32_t i = 0; i < n; ++i) {
+    MediaRecord m;
+    m.id = r.get<std::uint64_t>("image id");
+    m.begin = r.get<std::uint32_t>("image begin");
+    m.n_tokens = r.get<std::uint32_t>("image n_tokens");
+    m.n_pos = r.get<std::uint32_t>("image n_pos");
+    m.non_causal = r.flag("image non_causal");
+    const auto form = r.get<std::uint8_t>("image form");
+    const std::uint64_t end = std::uint64_t(m.begin) + m.n_tokens;
+    if (m.id == 0 || m.n_tokens == 0 || m.begin < next || end > total || (m.begin < n_hist && end > n_hist) ||
+        form > MediaRecord::rgb) {
+      fail(Errc::corrupt, fmt::format("{}: image {} (id {}) at [{}, {}) form {} does not fit its {} positions ({} "
+                                      "decoded), in order and whole",
+                                      what, i, m.id, m.begin, end, form, total, n_hist));
+    }
+    check_text(m.begin);
+    for (; next < end; ++next) {
+      if (at(next) != image_token(m.id)) {
+        fail(Errc::corrupt, fmt::format("{}: position {} holds {}, not image {}'s {}", what, next, at(next), m.id,
+                                        image_token(m.id)));
+      }
+    }
+    m.form = static_cast<MediaRecord::Form>(form);
+    if (m.form == MediaRecord::embeddings) {
+      const std::uint64_t floats = std::uint64_t(m.n_tokens) * c.media_n_embd;
+      if (floats * sizeof(float) > r.left()) {
+        fail(Errc::corrupt, fmt::format("{}: image {} needs {} floats of embeddings, {} bytes left", what, m.id,
+                                        floats, r.left()));
+      }
+      m.embd.resize(static_cast<std::size_t>(floats));
+      r.raw(m.embd.data(), m.embd.size() * sizeof(float), "image embeddings");
+      for (float x : m.embd) {
+        if (!std::isfinite(x)) fail(Errc::corrupt, fmt::format("{}: image {}'s embeddings are not finite", what, m.id));
+      }
+    } else {
+      if (m.form == MediaRecord::rgb) {
+        m.width = r.get<std::uint32_t>("image width");
+        m.height = r.get<std::uint32_t>("image height");
+      }
+      const auto len = r.get<std::uint64_t>("image source size");
+      const bool rgb_ok = m.form != MediaRecord::rgb || len == std::uint64_t(m.width) * m.height * 3;
+      if (len == 0 || len > kMaxMediaSource || len > r.left() || !rgb_ok) {
+        fail(Errc::corrupt, fmt::format("{}: image {}'s source of {} bytes ({} x {}; limit {}, {} left)", what, m.id,
+                                        len, m.width, m.height, kMaxMediaSource, r.left()));
+      }
+      if (m.begin < n_hist) fail(Errc::corrupt, fmt::format("{}: decoded image {} has no embeddings", what, m.id));
+      m.source.resize(static_cast<std::size_t>(len));
+      r.raw(m.source.data(), m.source.size(), "image source");
+    }
+    c.media.push_back(std::move(m));
+  }
+  check_text(total);
+}
+
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab) {
   Writer w;
   w.raw(kConvMagic, 8);
@@ -247,6 +322,27 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
     w.put(start);
     w.put(setting);
   }
+  w.put(r.projector_fingerprint);
+  w.put(r.media_n_embd);
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(r.media.size()));
+  for (const MediaRecord &m : r.media) {
+    w.put(m.id);
+    w.put(m.begin);
+    w.put(m.n_tokens);
+    w.put(m.n_pos);
+    w.put<std::uint8_t>(m.non_causal ? 1 : 0);
+    w.put<std::uint8_t>(m.form);
+    if (m.form == MediaRecord::embeddings) {
+      w.raw(m.embd.data(), m.embd.size() * sizeof(float));
+    } else {
+      if (m.form == MediaRecord::rgb) {
+        w.put(m.width);
+        w.put(m.height);
+      }
+      w.put<std::uint64_t>(m.source.size());
+      w.raw(m.source.data(), m.source.size());
+    }
+  }
   w.put<std::uint64_t>(r.kv.size());
   w.raw(r.kv.data(), r.kv.size());
   w.put(crc32(w.out));
@@ -267,8 +363,10 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
                                          n_vocab));
   }
   ConvRecord c;
-  c.history = r.tokens("history", n_vocab);
-  c.queue = r.tokens("queue", n_vocab);
+  // Version 4 positions may hold images' values (negative): checked
+  // against the images once they are read.
+  c.history = r.tokens("history", n_vocab, false, version >= 4);
+  c.queue = r.tokens("queue", n_vocab, false, version >= 4);
   if (c.history.size() + c.queue.size() > n_ctx) {
     fail(Errc::out_of_range, fmt::format("{}: {} tokens ({} decoded + {} queued) exceed this executor's n_ctx = {}",
                                          what, c.history.size() + c.queue.size(), c.history.size(), c.queue.size(),
@@ -354,6 +452,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
       c.adapter_spans.emplace_back(start, setting);
     }
   }
+  if (version >= 4) read_media(r, c, what);
   const auto kv = r.get<std::uint64_t>("kv size");
   if (kv > kMaxKvBytes || kv != r.left()) {
     fail(Errc::corrupt, fmt::format("{}: kv size {} does not match the {} bytes left", what, kv, r.left()));

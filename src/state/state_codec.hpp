@@ -16,7 +16,7 @@
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 3;
+inline constexpr std::uint32_t kStateVersion = 4;
 inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
 // Bounds checked before anything is allocated from a length field.
 inline constexpr std::uint32_t kMaxTokens = 1u << 24;
@@ -25,6 +25,9 @@ inline constexpr std::uint32_t kMaxStops = 64;
 inline constexpr std::uint64_t kMaxKvBytes = 1ull << 36;
 inline constexpr std::uint32_t kMaxAdapterSettings = 4096;
 inline constexpr std::uint32_t kMaxAdaptersPerSetting = 256;
+inline constexpr std::uint32_t kMaxMedia = 4096;           // images in one conversation
+inline constexpr std::uint32_t kMaxMediaEmbd = 1u << 16;   // floats per image embedding
+inline constexpr std::uint64_t kMaxMediaSource = 1ull << 26;  // bytes of one image's source
 
 // One adapter of a setting, named by its file's fingerprint (version 3).
 struct AdapterRecord {
@@ -33,6 +36,20 @@ struct AdapterRecord {
   std::uint8_t kind = 0;  // AdapterKind
   float scale = 1.0f;
   std::int32_t layer_start = -1, layer_end = -1;
+};
+
+// One image of a conversation (version 4): where it sits, how it decodes,
+// and what a decode needs: its embeddings once encoded, else its source
+// (the file's bytes or raw RGB), to be encoded again on load.
+struct MediaRecord {
+  enum Form : std::uint8_t { embeddings = 0, file = 1, rgb = 2 };
+  std::uint64_t id = 0;  // as saved: the value its positions hold is image_token(id)
+  std::uint32_t begin = 0, n_tokens = 0, n_pos = 0;
+  bool non_causal = false;
+  Form form = embeddings;
+  std::vector<float> embd;            // embeddings: n_tokens x n_embd
+  std::vector<std::uint8_t> source;   // file bytes, or width x height x 3 RGB
+  std::uint32_t width = 0, height = 0;  // rgb only
 };
 
 struct GenRecord {
@@ -68,13 +85,19 @@ struct ConvRecord {
   std::int32_t adapters_current = -1;
   std::uint32_t adapter_end = 0;
   std::vector<std::pair<std::uint32_t, std::int32_t>> adapter_spans;
+  // Version 4: the images, by position, and the projector they were made
+  // with (Projector fingerprint, floats per embedding); 0 / empty without.
+  std::uint64_t projector_fingerprint = 0;
+  std::uint32_t media_n_embd = 0;
+  std::vector<MediaRecord> media;
 };
 
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab);
 
 // Throws Errc::corrupt (bad magic, checksum — checked before the version, so
 // damaged version bytes are corrupt — truncation, a length past its bound, an
-// id outside the vocabulary), Errc::incompatible (another format version in
+// id outside the vocabulary or an image position that does not match its
+// image), Errc::incompatible (another format version in
 // an intact file, another model), Errc::out_of_range (history + queue > n_ctx).
 ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_t fingerprint,
                                std::int32_t n_vocab, std::uint32_t n_ctx);

@@ -353,10 +353,10 @@ TEST(State, BadStateIsRefusedAndTheExecutorUnchanged) {
     const auto crc = weft::detail::crc32(std::span(b).first(b.size() - 4));
     std::memcpy(b.data() + b.size() - 4, &crc, 4);
   };
-  auto v4 = good;
-  v4[8] = 4;
-  fix_crc(v4);
-  EXPECT_TRUE(throws_weft(load(v4), Errc::incompatible, "version 4"));
+  auto v5 = good;
+  v5[8] = 5;
+  fix_crc(v5);
+  EXPECT_TRUE(throws_weft(load(v5), Errc::incompatible, "version 5"));
   // Another model.
   const auto other_path = weft_test::temp_dir("other-model") / "other.gguf";
   weft::make_model({.preset = weft::ModelPreset::tiny, .seed = 99, .out = other_path.string()});

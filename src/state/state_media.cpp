@@ -1,0 +1,99 @@
+#include "state/state_media.hpp"
+
+#include <fmt/format.h>
+
+#include "core/internal.hpp"
+
+namespace weft::detail {
+
+void record_media(const ExecutorCore &x, const Conv &c, ConvRecord &r) {
+  if (c.media.empty()) return;
+  r.projector_fingerprint = x.projector->fingerprint;
+  r.media_n_embd = static_cast<std::uint32_t>(x.projector->n_embd);
+  for (const MediaSpan &s : c.media) {
+    const MediaChunk &m = *s.chunk;
+    MediaRecord rec{.id = m.id, .begin = s.begin, .n_tokens = m.n_tokens, .n_pos = m.n_pos, .non_causal = m.non_causal};
+    const int state = m.state.load(std::memory_order_acquire);
+    if (state == MediaChunk::failed) {
+      fail(m.error->code(), fmt::format("conversation {} cannot be saved: its image {} at position {} failed to "
+                                        "encode ({}); rewind to before it first",
+                                        c.id, m.id, s.begin, m.error->what()));
+    }
+    if (state == MediaChunk::ready) {
+      rec.embd = m.embd;
+    } else {
+      // Still queued for the encoder: its source travels, to be encoded on load.
+      rec.form = m.width > 0 ? MediaRecord::rgb : MediaRecord::file;
+      rec.source = m.source;
+      rec.width = m.width;
+      rec.height = m.height;
+    }
+    r.media.push_back(std::move(rec));
+  }
+}
+
+namespace {
+
+std::shared_ptr<MediaChunk> make_chunk(ExecutorCore &x, MediaRecord &rec) {
+  const std::uint64_t id = x.next_media_id++;
+  if (rec.form == MediaRecord::embeddings) {
+    auto m = std::make_shared<MediaChunk>();
+    m->id = id;
+    m->n_tokens = rec.n_tokens;
+    m->n_pos = rec.n_pos;
+    m->non_causal = rec.non_causal;
+    m->embd = std::move(rec.embd);
+    m->state.store(MediaChunk::ready, std::memory_order_release);
+    return m;
+  }
+  ImageInput in = rec.form == MediaRecord::rgb
+                      ? tokenize_image_rgb(*x.projector, rec.width, rec.height, rec.source, id)
+                      : tokenize_image_file(*x.projector, rec.source, id);
+  if (in.media->n_tokens != rec.n_tokens || in.media->n_pos != rec.n_pos) {
+    fail(Errc::incompatible, fmt::format("a saved image ({} positions) makes {} with this executor's projector",
+                                         rec.n_tokens, in.media->n_tokens));
+  }
+  return std::move(in.media);
+}
+
+}  // namespace
+
+ResolvedMedia resolve_media(ExecutorCore &x, ConvRecord &r, MediaIds &ids) {
+  ResolvedMedia out;
+  if (r.media.empty()) return out;
+  if (!x.projector) {
+    fail(Errc::incompatible, fmt::format("the state holds {} image(s) but this executor has no projector "
+                                         "(ExecutorParams::projector)",
+                                         r.media.size()));
+  }
+  if (r.projector_fingerprint != x.projector->fingerprint ||
+      r.media_n_embd != static_cast<std::uint32_t>(x.projector->n_embd)) {
+    fail(Errc::incompatible,
+         fmt::format("the state's images were made with projector {:016x} ({} floats per embedding); this "
+                     "executor's is {:016x} ({})",
+                     r.projector_fingerprint, r.media_n_embd, x.projector->fingerprint, x.projector->n_embd));
+  }
+  if (x.projector->mrope) {
+    fail(Errc::incompatible, "the executor's projector decodes images with M-RoPE positions, which this weft "
+                             "version does not schedule yet");
+  }
+  const std::size_t n_hist = r.history.size();
+  for (MediaRecord &rec : r.media) {
+    auto [it, fresh] = ids.try_emplace(rec.id);
+    if (fresh) {
+      it->second = make_chunk(x, rec);
+      if (it->second->state.load(std::memory_order_acquire) == MediaChunk::queued) out.to_encode.push_back(it->second);
+    } else if (it->second->n_tokens != rec.n_tokens || it->second->non_causal != rec.non_causal) {
+      fail(Errc::corrupt, fmt::format("the snapshot's records disagree on image {} ({} vs {} positions)", rec.id,
+                                      it->second->n_tokens, rec.n_tokens));
+    }
+    const Token value = image_token(it->second->id);
+    for (std::uint32_t p = rec.begin; p < rec.begin + rec.n_tokens; ++p) {
+      (p < n_hist ? r.history[p] : r.queue[p - n_hist]) = value;
+    }
+    out.spans.push_back({rec.begin, it->second});
+  }
+  return out;
+}
+
+}  // namespace weft::detail

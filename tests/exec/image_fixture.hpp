@@ -1,0 +1,86 @@
+// Shared by the image tests: the gemma3 projector for tiny, images as RGB
+// and PNG, mtmd's own tokenization of an image, and the reference decode on
+// raw llama.cpp + mtmd (mtmd_helper_eval_chunk_single) of one conversation.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "reference.hpp"
+#include "weft/weft.hpp"
+
+#ifdef WEFT_HAVE_MTMD
+#include <mtmd.h>
+
+namespace img_test {
+
+using Clock = std::chrono::steady_clock;
+
+struct Rgb {
+  std::uint32_t w = 0, h = 0;
+  std::vector<std::uint8_t> px;
+};
+
+Rgb random_image(std::mt19937 &rng, std::uint32_t w, std::uint32_t h);
+
+// The gemma3 projector for tiny, loaded once for weft and once for the
+// reference's own mtmd context.
+struct Fixture {
+  std::string path;
+  weft::Projector projector;
+  mtmd_context *mctx = nullptr;  // never freed: shared by the binary's tests
+};
+const Fixture &fixture();
+
+struct Chunks {
+  mtmd_input_chunks *chunks = mtmd_input_chunks_init();
+  ~Chunks() { mtmd_input_chunks_free(chunks); }
+  Chunks() = default;
+  Chunks(const Chunks &) = delete;
+  Chunks &operator=(const Chunks &) = delete;
+};
+
+// The image as mtmd tokenizes it alone (as weft does): the text around it
+// and the image chunk.
+struct ImageParts {
+  std::vector<weft::Token> before, after;
+  std::shared_ptr<Chunks> chunks;
+  const mtmd_input_chunk *image = nullptr;
+};
+ImageParts tokenize(const Rgb &img);
+
+// A conversation's input, part by part: text or an image chunk.
+using Part = std::variant<std::vector<weft::Token>, const mtmd_input_chunk *>;
+
+// Raw llama.cpp + mtmd, one sequence alone: text in chunks of n_batch and
+// each image through mtmd_helper_eval_chunk_single, positions continuing as
+// the helper's. With `neighbours`, they are decoded first into sequences 1..
+// of the same unified cache, and `rng` splits the text into random chunk
+// widths: the batch-shape noise raw llama.cpp itself shows for it.
+std::vector<float> reference(const std::vector<Part> &parts, int n_batch = 64,
+                             const std::vector<std::vector<weft::Token>> &neighbours = {},
+                             std::mt19937 *rng = nullptr);
+
+// A PNG of `img`: stored (uncompressed) deflate blocks, so no zlib needed.
+std::vector<std::uint8_t> png_of(const Rgb &img);
+
+std::vector<weft::Token> cat(std::initializer_list<std::vector<weft::Token>> parts);
+
+weft::ExecutorParams params(std::uint32_t n_batch = 64);
+
+// Steps with random budgets until every one has its logits (an image waits
+// for the encoder thread meanwhile: idle steps then); bounded.
+void run_until_logits(weft::Executor &ex, const std::vector<weft::Conversation> &convs, std::mt19937 &rng,
+                      std::uint32_t max_budget);
+
+void expect_logits(const weft::Conversation &c, const std::vector<float> &ref, const std::string &what,
+                   double *worst = nullptr);
+
+}  // namespace img_test
+#endif  // WEFT_HAVE_MTMD
