@@ -37,6 +37,9 @@ namespace Weft
         // Prefix reuse: most KV cells the prefix cache keeps; -1 = n_ctx / 4,
         // 0 = reuse off. Default -1.
         public long PrefixCacheCells;
+        // Images (Conversation.PromptImage): a projector loaded for this
+        // model; the executor keeps its own reference. null = no images.
+        public Projector Projector;
 
         public ExecutorParams()
         {
@@ -115,6 +118,11 @@ namespace Weft
         // switch adds to that decode.
         public long AdapterSwitches;
         public double AdapterSwitchMs;
+        // Images: encoded by the executor's encoder thread and its total time
+        // on them (never inside a step); embeddings batches decoded by steps
+        // and their total decode time.
+        public long ImagesEncoded, ImageBatches;
+        public double ImageEncodeMs, ImageDecodeMs;
     }
 
     public sealed class WorkerParams
@@ -170,10 +178,23 @@ namespace Weft
             }
             ExecutorHandle h;
             Status status;
+            bool projectorRef = false;
             using (var mem = new CallMemory())
             {
-                n.spill_disk_dir = mem.Utf8z(p.SpillDiskDir);
-                status = Native.weft_executor_create(model.Handle, ref n, out h);
+                try
+                {
+                    n.spill_disk_dir = mem.Utf8z(p.SpillDiskDir);
+                    if (p.Projector != null)
+                    {
+                        p.Projector.Handle.DangerousAddRef(ref projectorRef);
+                        n.projector = p.Projector.Handle.DangerousGetHandle();
+                    }
+                    status = Native.weft_executor_create(model.Handle, ref n, out h);
+                }
+                finally
+                {
+                    if (projectorRef) p.Projector.Handle.DangerousRelease();
+                }
             }
             if (status != Status.Ok && ud != IntPtr.Zero) Trampolines.Unpin(ud);
             Native.Check(status);
@@ -304,6 +325,8 @@ namespace Weft
                     PrefixEvictions = (long)s.prefix_evictions, CellsSaved = (long)s.cells_saved,
                     PrefixCacheCells = (int)s.prefix_cache_cells, PinnedPrefixes = (int)s.pinned_prefixes,
                     AdapterSwitches = (long)s.adapter_switches, AdapterSwitchMs = s.adapter_switch_ms,
+                    ImagesEncoded = (long)s.images_encoded, ImageEncodeMs = s.image_encode_ms,
+                    ImageBatches = (long)s.image_batches, ImageDecodeMs = s.image_decode_ms,
                 };
             }
         }

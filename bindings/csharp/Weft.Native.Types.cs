@@ -80,7 +80,29 @@ namespace Weft
         protected override bool ReleaseHandle() { return Native.weft_adapter_free(handle) == Status.Ok; }
     }
 
+    internal sealed class ProjectorHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_projector_free(handle) == Status.Ok; }
+    }
+
     // --- Struct mirrors ------------------------------------------------------
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct ProjectorParamsNative
+    {
+        public UIntPtr struct_size;
+        public IntPtr path;
+        public int n_threads, use_gpu;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct ImageSpanNative
+    {
+        public UIntPtr struct_size;
+        public ulong id;
+        public uint begin, n_tokens, n_pos;
+        public int encoded;
+    }
 
     [StructLayout(LayoutKind.Sequential)]
     internal struct ModelParamsNative
@@ -118,6 +140,7 @@ namespace Weft
         public uint max_prompt_chunk;
         public int events, spill_recompute;
         public long prefix_cache_cells;
+        public IntPtr projector;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -151,6 +174,10 @@ namespace Weft
         public uint prefix_cache_cells, pinned_prefixes;
         public ulong adapter_switches;
         public double adapter_switch_ms;
+        public ulong images_encoded;
+        public double image_encode_ms;
+        public ulong image_batches;
+        public double image_decode_ms;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -114,6 +114,17 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_conversation_set_adapters(ConversationHandle c, AdapterUseNative[] uses, UIntPtr n);
         [DllImport(Lib)] public static extern Status weft_conversation_adapters(ConversationHandle c, [In, Out] AdapterUseNative[] uses, UIntPtr capacity, out UIntPtr n);
 
+        [DllImport(Lib)] public static extern Status weft_projector_params_init(ref ProjectorParamsNative p, UIntPtr size);
+        [DllImport(Lib)] public static extern Status weft_projector_load(ModelHandle model, ref ProjectorParamsNative p, out ProjectorHandle projector);
+        [DllImport(Lib)] public static extern Status weft_projector_free(IntPtr projector);
+        [DllImport(Lib)] public static extern Status weft_projector_mrope(ProjectorHandle projector, out int v);
+        [DllImport(Lib)] public static extern Status weft_projector_non_causal(ProjectorHandle projector, out int v);
+        [DllImport(Lib)] public static extern Status weft_conversation_prompt_image(ConversationHandle c, byte[] file, UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_conversation_prompt_image_rgb(ConversationHandle c, uint width, uint height, byte[] rgb, UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_conversation_n_images(ConversationHandle c, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_conversation_image(ConversationHandle c, UIntPtr index, ref ImageSpanNative span);
+        [DllImport(Lib)] public static extern int weft_image_token(ulong id);
+
         [DllImport(Lib)] public static extern Status weft_generation_free(IntPtr g);
         [DllImport(Lib)] public static extern Status weft_generation_is_done(GenerationHandle g, out int done);
         [DllImport(Lib)] public static extern Status weft_generation_reason(GenerationHandle g, out int reason);

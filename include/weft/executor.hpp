@@ -250,6 +250,13 @@ struct ExecutorStats {
   // and what the cost model has learnt a switch adds to that decode.
   std::uint64_t adapter_switches = 0;
   double adapter_switch_ms = 0;
+  // Images (ExecutorParams::projector): encoded so far by the executor's
+  // encoder thread and its total time on them (never inside a step);
+  // embeddings batches decoded by steps and their total llama_decode time.
+  std::uint64_t images_encoded = 0;
+  double image_encode_ms = 0;
+  std::uint64_t image_batches = 0;
+  double image_decode_ms = 0;
   bool worker_running = false;
   // Over the last 1024 steps that did work.
   double step_ms_p50 = 0;

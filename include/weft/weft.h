@@ -86,5 +86,6 @@
 #include "weft/c/generation.h"    // weft_conversation_generate, weft_generation_*
 #include "weft/c/state.h"         // save/load (save_async too), snapshots, residency, parking
 #include "weft/c/adapter.h"       // weft_model_load_adapter, weft_adapter_*, weft_conversation_set_adapters
+#include "weft/c/projector.h"     // weft_projector_*, weft_conversation_prompt_image, images
 
 #endif  // WEFT_WEFT_H

@@ -92,6 +92,7 @@ const char *kind_name(Kind kind) noexcept {
     case Kind::bytes: return "weft_bytes";
     case Kind::conversation_list: return "weft_conversation_list";
     case Kind::adapter: return "weft_adapter";
+    case Kind::projector: return "weft_projector";
   }
   return "handle";
 }

@@ -17,8 +17,9 @@ static_assert(WEFT_EVENT_ERROR == static_cast<int>(EventKind::error));
 
 // Sizes of every released weft_executor_params: the fields after a smaller
 // one keep their defaults.
-const std::initializer_list<std::size_t> kExecutorParamsSizes = {sizeof(weft_executor_params),
-                                                                  offsetof(weft_executor_params, prefix_cache_cells)};
+const std::initializer_list<std::size_t> kExecutorParamsSizes = {offsetof(weft_executor_params, prefix_cache_cells),
+                                                                  offsetof(weft_executor_params, projector),
+                                                                  sizeof(weft_executor_params)};
 
 weft_executor_params executor_defaults() {
   const ExecutorParams d;
@@ -43,6 +44,7 @@ weft_executor_params executor_defaults() {
   p.events = d.events ? 1 : 0;
   p.spill_recompute = d.spill.recompute ? 1 : 0;
   p.prefix_cache_cells = -1;
+  p.projector = nullptr;
   return p;
 }
 
@@ -142,6 +144,7 @@ weft_status weft_executor_create(const weft_model *model, const weft_executor_pa
                                                   p.prefix_cache_cells));
     }
     if (p.prefix_cache_cells >= 0) ep.prefix_cache_cells = static_cast<std::uint32_t>(p.prefix_cache_cells);
+    if (p.projector != nullptr) ep.projector = *get<weft::Projector>(p.projector, Kind::projector);
     std::shared_ptr<UserData> ud;
     if (p.on_pressure != nullptr) {
       ud = std::make_shared<UserData>(p.pressure_user_data, p.pressure_user_data_free);
@@ -235,8 +238,13 @@ weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor
     c.pinned_prefixes = s.pinned_prefixes;
     c.adapter_switches = s.adapter_switches;
     c.adapter_switch_ms = s.adapter_switch_ms;
+    c.images_encoded = s.images_encoded;
+    c.image_encode_ms = s.image_encode_ms;
+    c.image_batches = s.image_batches;
+    c.image_decode_ms = s.image_decode_ms;
     write_struct(out, "weft_executor_stats", c,
-                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, adapter_switches),
+                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, images_encoded),
+                  offsetof(weft_executor_stats, adapter_switches),
                   offsetof(weft_executor_stats, prefix_tokens_reused)});
   });
 }

@@ -115,6 +115,7 @@ enum class Kind : std::uint8_t {
   bytes,
   conversation_list,
   adapter,
+  projector,
 };
 
 const char *kind_name(Kind kind) noexcept;

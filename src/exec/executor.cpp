@@ -282,6 +282,13 @@ ExecutorStats Executor::stats() const {
   s.prefix_evictions = kv.counters().prefix_evictions;
   s.adapter_switches = c.stats.adapter_switches;
   s.adapter_switch_ms = c.cost.switch_seconds() * 1e3;
+  if (c.encoder) {
+    const auto e = c.encoder->counters();
+    s.images_encoded = e.encoded;
+    s.image_encode_ms = e.seconds * 1e3;
+  }
+  s.image_batches = c.stats.image_batches;
+  s.image_decode_ms = c.stats.image_decode_s * 1e3;
   s.prefix_cache_cells = kv.cache_cells();
   s.cells_saved = kv.cells_saved();
 

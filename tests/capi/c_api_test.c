@@ -200,6 +200,7 @@ int main(int argc, char **argv) {
       {"adapter_errors", test_adapter_errors},
       {"adapter_lifetime", test_adapter_lifetime},
       {"adapter_state", test_adapter_state},
+      {"images", test_images},
   };
   size_t i;
   int ran = 0;

@@ -131,5 +131,7 @@ void test_adapter_logits(void);
 void test_adapter_errors(void);
 void test_adapter_lifetime(void);
 void test_adapter_state(void);
+/* c_api_test_projector.c */
+void test_images(void);
 
 #endif /* WEFT_C_API_TEST_H */

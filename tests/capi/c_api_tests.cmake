@@ -24,7 +24,7 @@ endforeach()
 add_executable(c_api_test
   capi/c_api_test.c capi/c_api_test_model.c capi/c_api_test_executor.c capi/c_api_test_conversation.c
   capi/c_api_test_generation.c capi/c_api_test_state.c capi/c_api_test_save_async.c capi/c_api_test_threads.c
-  capi/c_api_test_adapter.c
+  capi/c_api_test_adapter.c capi/c_api_test_projector.c
   capi/c_api_header_c99.c ${_weft_c_header_units})
 # Only weft.h: the C program sees none of the C++ headers.
 target_include_directories(c_api_test PRIVATE ${PROJECT_SOURCE_DIR}/include)
@@ -46,6 +46,12 @@ foreach(_kind IN ITEMS lora cvec)
   set_tests_properties(make_capi_adapters_${_kind} PROPERTIES FIXTURES_SETUP capi_adapters FIXTURES_REQUIRED models
     TIMEOUT 120)
 endforeach()
+
+# A projector beside it (tiny-mmproj.gguf) for the image tests.
+add_test(NAME make_capi_mmproj
+  COMMAND $<TARGET_FILE:weft-cli> make-mmproj --base ${WEFT_TEST_MODELS}/tiny.gguf --seed 1 -q
+          --out ${WEFT_TEST_MODELS}/tiny-mmproj.gguf)
+set_tests_properties(make_capi_mmproj PROPERTIES FIXTURES_SETUP capi_adapters FIXTURES_REQUIRED models TIMEOUT 120)
 
 add_test(NAME c_api COMMAND c_api_test ${WEFT_TEST_MODELS}/tiny.gguf)
 set_tests_properties(c_api PROPERTIES FIXTURES_REQUIRED "models;capi_adapters" TIMEOUT 300)

@@ -28,6 +28,7 @@ namespace Weft.Samples
                 Tuple.Create<string, Action<string>>("threaded_callbacks", ThreadedCallbacksSample.Run),
                 Tuple.Create<string, Action<string>>("adapters", AdapterSample.Run),
                 Tuple.Create<string, Action<string>>("adapter_checks", AdapterChecksSample.Run),
+                Tuple.Create<string, Action<string>>("images", ImageSample.Run),
             };
             int ran = 0;
             foreach (var s in samples)

@@ -62,6 +62,12 @@ typedef struct weft_executor_params {
   // (no sharing between unforked conversations, no cache). <= n_ctx.
   // Default -1
   int64_t prefix_cache_cells;
+  // Added in 0.8 (a struct_size without it reads as NULL). A projector for
+  // images (weft/c/projector.h), borrowed:
+  // the executor keeps its own reference, so the handle may be freed after
+  // weft_executor_create. Must be loaded for this executor's model. NULL =
+  // no images. Default NULL
+  const weft_projector *projector;
 } weft_executor_params;
 
 WEFT_C_API weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size);
@@ -173,6 +179,14 @@ typedef struct weft_executor_stats {
   // adds to that decode.
   uint64_t adapter_switches;
   double adapter_switch_ms;
+  // Added with images (a smaller struct_size gets the fields before these;
+  // weft/c/projector.h): images encoded by the executor's encoder thread and
+  // its total time on them (never inside a step); embeddings batches
+  // decoded by steps and their total llama_decode time.
+  uint64_t images_encoded;
+  double image_encode_ms;
+  uint64_t image_batches;
+  double image_decode_ms;
 } weft_executor_stats;
 
 // Keeps `tokens` (n_tokens ids) decoded in the cache for prefix reuse until

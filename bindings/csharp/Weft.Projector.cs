@@ -1,0 +1,131 @@
+// Weft.Projector.cs — images in conversations (include/weft/c/projector.h):
+// Projector (Projector.Load, ExecutorParams.Projector), a Conversation's
+// PromptImage and Images. Part of the binding; the rules are in Weft.cs.
+using System;
+using System.Runtime.InteropServices;
+
+namespace Weft
+{
+    public sealed class ProjectorParams
+    {
+        // CPU threads of the image encoder (its own thread per executor,
+        // beside the decode threads). Default 1; >= 1.
+        public int Threads = 1;
+        // Run the encoder on a GPU backend when weft has one. Default false.
+        public bool UseGpu;
+    }
+
+    // A vision projector (mmproj GGUF) for a text model: immutable, shared by
+    // any number of executors and threads. It keeps its model's weights
+    // alive, and an executor keeps the projector it was made with, so this
+    // may be disposed once the executors exist.
+    public sealed class Projector : IDisposable
+    {
+        internal readonly ProjectorHandle Handle;
+
+        private Projector(ProjectorHandle handle) { Handle = handle; }
+
+        // Status.NotFound (no such file), InvalidArgument (Threads < 1, weft
+        // built without mtmd), Incompatible (not a projector, or made for
+        // another model's width).
+        public static Projector Load(Model model, string path, ProjectorParams p = null)
+        {
+            if (model == null) throw new ArgumentNullException("model");
+            if (path == null) throw new ArgumentNullException("path");
+            p = p ?? new ProjectorParams();
+            var n = new ProjectorParamsNative();
+            Native.Check(Native.weft_projector_params_init(ref n, Native.Size(Marshal.SizeOf(typeof(ProjectorParamsNative)))));
+            n.n_threads = p.Threads;
+            n.use_gpu = p.UseGpu ? 1 : 0;
+            ProjectorHandle h;
+            Status status;
+            using (var mem = new CallMemory())
+            {
+                n.path = mem.Utf8z(path);
+                status = Native.weft_projector_load(model.Handle, ref n, out h);
+            }
+            Native.Check(status);
+            return new Projector(h);
+        }
+
+        // Images decode with M-RoPE positions (Qwen2-VL style; executors
+        // refuse them for now with Status.Incompatible).
+        public bool MRope
+        {
+            get { int v; Native.Check(Native.weft_projector_mrope(Handle, out v)); return v != 0; }
+        }
+
+        // Attention inside an image is not causal (Gemma 3 style).
+        public bool NonCausal
+        {
+            get { int v; Native.Check(Native.weft_projector_non_causal(Handle, out v)); return v != 0; }
+        }
+
+        public void Dispose() { Handle.Dispose(); }
+    }
+
+    // An image of a conversation: each of its positions in Tokens holds
+    // Conversation.ImageToken(Id), a negative value.
+    public struct ImageSpan
+    {
+        public ulong Id;        // executor-unique, never reused
+        public int Begin;       // its first position
+        public int TokenCount;  // positions (and KV cells) it takes
+        public int PosCount;    // positions RoPE advances by (TokenCount unless M-RoPE)
+        public bool Encoded;    // its embeddings are ready
+    }
+
+    public sealed partial class Conversation
+    {
+        // Queues an image: a PNG or JPEG file's bytes. It becomes the text
+        // the projector wraps an image in and one span of positions (Images);
+        // the vision encoder runs on the executor's encoder thread, never in
+        // Step, and until then this conversation's later input waits while
+        // others go on. The file is decoded on the calling thread; never
+        // waits for a step. Status.InvalidArgument (no projector, not a PNG
+        // or JPEG, a generation running), OutOfRange (over 8192 per side or
+        // 2^25 pixels, or n_ctx), Corrupt (bytes that do not decode),
+        // Incompatible (an M-RoPE projector). An encoder failure later is
+        // this conversation's Error.
+        public void PromptImage(byte[] file)
+        {
+            if (file == null) throw new ArgumentNullException("file");
+            Native.Check(Native.weft_conversation_prompt_image(Handle, file, Native.Size(file.Length)));
+        }
+
+        // Raw RGB: width x height x 3 bytes, rows top to bottom.
+        public void PromptImage(int width, int height, byte[] rgb)
+        {
+            if (rgb == null) throw new ArgumentNullException("rgb");
+            if (width < 0) throw new ArgumentOutOfRangeException("width", width, "must be >= 0");
+            if (height < 0) throw new ArgumentOutOfRangeException("height", height, "must be >= 0");
+            Native.Check(Native.weft_conversation_prompt_image_rgb(Handle, (uint)width, (uint)height, rgb,
+                                                                   Native.Size(rgb.Length)));
+        }
+
+        // Its images, queued and decoded, by position.
+        public ImageSpan[] Images
+        {
+            get
+            {
+                UIntPtr count;
+                Native.Check(Native.weft_conversation_n_images(Handle, out count));
+                var result = new ImageSpan[Native.Int(count)];
+                int got = 0;
+                for (; got < result.Length; ++got)
+                {
+                    var s = new ImageSpanNative { struct_size = Native.Size(Marshal.SizeOf(typeof(ImageSpanNative))) };
+                    // An image may go between the two calls (a rewind on another thread).
+                    if (Native.weft_conversation_image(Handle, Native.Size(got), ref s) == Status.OutOfRange) break;
+                    result[got] = new ImageSpan { Id = s.id, Begin = (int)s.begin, TokenCount = (int)s.n_tokens,
+                                                  PosCount = (int)s.n_pos, Encoded = s.encoded != 0 };
+                }
+                if (got < result.Length) Array.Resize(ref result, got);
+                return result;
+            }
+        }
+
+        // The value an image's positions hold in Tokens.
+        public static int ImageToken(ulong id) { return Native.weft_image_token(id); }
+    }
+}

@@ -1,0 +1,85 @@
+// weft/c/projector.h — images in conversations: a vision projector (mmproj)
+// loaded for a model, handed to an executor, and images queued like text.
+//
+// Part of weft.h (include that one; the rules it states apply here). The
+// C++ side is weft/projector.hpp and Conversation::prompt_image
+// (docs/EXECUTOR.md, "Images"): the vision encoder runs on the executor's
+// own encoder thread, never inside a step, and a step decodes each image
+// whole once its embeddings are ready.
+#ifndef WEFT_C_PROJECTOR_H
+#define WEFT_C_PROJECTOR_H
+
+#include "weft/c/common.h"
+#include "weft/c/errors.h"
+
+WEFT_BEGIN_DECL
+
+// weft_projector (common.h): a loaded projector, immutable, shared by any
+// number of executors and threads (each executor encodes one image at a
+// time; executors sharing one take turns on its encoder). Released with
+// weft_projector_free; it keeps its model's weights alive, and an executor
+// keeps it alive, so either handle may be freed first.
+
+typedef struct weft_projector_params {
+  size_t struct_size;
+  const char *path;   // NUL-terminated path of the projector GGUF (mmproj). Required
+  int32_t n_threads;  // CPU threads of its image encoder. Default 1; >= 1
+  weft_bool use_gpu;  // run the encoder on a GPU backend when weft has one. Default 0
+} weft_projector_params;
+
+WEFT_C_API weft_status weft_projector_params_init(weft_projector_params *params, size_t struct_size);
+
+// Loads params->path for `model` (the text model the projector was made
+// for). WEFT_ERR_INVALID_ARGUMENT (no path, n_threads < 1, weft built
+// without mtmd), WEFT_ERR_NOT_FOUND (no such file), WEFT_ERR_INCOMPATIBLE
+// (not a projector, made for another model's width, no vision encoder).
+// Never waits for a step.
+WEFT_C_API weft_status weft_projector_load(const weft_model *model, const weft_projector_params *params,
+                                           weft_projector **out);
+WEFT_C_API weft_status weft_projector_free(weft_projector *projector);
+// Whether images decode with M-RoPE positions (Qwen2-VL style; executors
+// refuse those images for now with WEFT_ERR_INCOMPATIBLE), and with
+// non-causal attention inside the image (Gemma 3 style).
+WEFT_C_API weft_status weft_projector_mrope(const weft_projector *projector, weft_bool *out);
+WEFT_C_API weft_status weft_projector_non_causal(const weft_projector *projector, weft_bool *out);
+
+// Queues an image (the executor needs weft_executor_params.projector): a
+// PNG or JPEG file's bytes, or raw RGB (width x height x 3 bytes, rows top
+// to bottom). It becomes the text the projector wraps an image in and one
+// span of positions (weft_conversation_image), queued like text; until its
+// embeddings are ready the conversation's later input waits while others
+// go on. The file is decoded and resized on the calling thread; the call
+// never waits for a step. WEFT_ERR_INVALID_ARGUMENT (no projector, empty or
+// not PNG/JPEG, a zero side, RGB of the wrong size, a generation running),
+// WEFT_ERR_OUT_OF_RANGE (a side over 8192, more than 2^25 pixels, or past
+// n_ctx as weft_conversation_prompt_tokens), WEFT_ERR_CORRUPT (bytes that do
+// not decode), WEFT_ERR_INCOMPATIBLE (an M-RoPE projector). An encoder
+// failure later is the conversation's error (weft_conversation_error).
+WEFT_C_API weft_status weft_conversation_prompt_image(weft_conversation *conversation, const uint8_t *file,
+                                                      size_t len);
+WEFT_C_API weft_status weft_conversation_prompt_image_rgb(weft_conversation *conversation, uint32_t width,
+                                                          uint32_t height, const uint8_t *rgb, size_t len);
+
+// An image of a conversation. Each of its positions in
+// weft_conversation_tokens holds the same negative value, weft_image_token(id).
+typedef struct weft_image_span {
+  size_t struct_size;
+  uint64_t id;        // executor-unique, never reused
+  uint32_t begin;     // its first position
+  uint32_t n_tokens;  // positions (and KV cells) it takes
+  uint32_t n_pos;     // positions RoPE advances by (n_tokens unless M-RoPE)
+  weft_bool encoded;  // its embeddings are ready
+} weft_image_span;
+
+// Its images (queued and decoded), by position: how many, and the one at
+// `index` (< that count, else WEFT_ERR_OUT_OF_RANGE) into *out, whose
+// struct_size the caller sets. Never waits for a step.
+WEFT_C_API weft_status weft_conversation_n_images(const weft_conversation *conversation, size_t *out);
+WEFT_C_API weft_status weft_conversation_image(const weft_conversation *conversation, size_t index,
+                                               weft_image_span *out);
+// The value an image's positions hold (as C++ weft::image_token).
+WEFT_C_API weft_token weft_image_token(uint64_t id);
+
+WEFT_END_DECL
+
+#endif  // WEFT_C_PROJECTOR_H

@@ -1,0 +1,122 @@
+// The C ABI, part 6: projectors and images in conversations (weft/c/projector.h).
+#include <fmt/format.h>
+
+#include <span>
+
+#include "capi/c_api_internal.hpp"
+
+namespace weft::capi {
+namespace {
+
+std::shared_ptr<Projector> projector_of(const weft_projector *p) { return get<Projector>(p, Kind::projector); }
+std::shared_ptr<Conversation> conv_of(const weft_conversation *c) { return get<Conversation>(c, Kind::conversation); }
+
+weft_projector_params projector_defaults() {
+  const ProjectorParams d;
+  weft_projector_params p{};
+  p.struct_size = sizeof p;
+  p.path = nullptr;
+  p.n_threads = d.n_threads;
+  p.use_gpu = d.use_gpu ? 1 : 0;
+  return p;
+}
+
+const std::initializer_list<std::size_t> kProjectorParamsSizes = {sizeof(weft_projector_params)};
+const std::initializer_list<std::size_t> kImageSpanSizes = {sizeof(weft_image_span)};
+
+std::span<const std::uint8_t> bytes_arg(const std::uint8_t *p, std::size_t len, const char *name) {
+  if (p == nullptr && len > 0) fail(WEFT_ERR_NULL_ARG, fmt::format("argument `{}` is NULL with len = {}", name, len));
+  return {p, len};
+}
+
+}  // namespace
+}  // namespace weft::capi
+
+using namespace weft::capi;
+
+extern "C" {
+
+weft_status weft_projector_params_init(weft_projector_params *params, size_t struct_size) {
+  return guarded(__func__, [&] {
+    init_struct(params, struct_size, "weft_projector_params", projector_defaults(), kProjectorParamsSizes);
+  });
+}
+
+weft_status weft_projector_load(const weft_model *model, const weft_projector_params *params, weft_projector **out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = nullptr;
+    need(params, "params");
+    auto m = get<weft::Model>(model, Kind::model);
+    weft_projector_params p = projector_defaults();
+    read_struct(params, "weft_projector_params", p, kProjectorParamsSizes);
+    weft::ProjectorParams pp;
+    pp.path = std::string(cstr_arg(p.path, "weft_projector_params.path"));
+    pp.n_threads = p.n_threads;
+    pp.use_gpu = p.use_gpu != 0;
+    auto proj = std::make_shared<weft::Projector>(weft::Projector::load(*m, pp));
+    *out = make_handle<weft_projector>(Kind::projector, std::move(proj));
+  });
+}
+
+weft_status weft_projector_free(weft_projector *projector) {
+  return free_handle(__func__, projector, Kind::projector);
+}
+
+weft_status weft_projector_mrope(const weft_projector *projector, weft_bool *out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = projector_of(projector)->mrope() ? 1 : 0;
+  });
+}
+
+weft_status weft_projector_non_causal(const weft_projector *projector, weft_bool *out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = projector_of(projector)->non_causal() ? 1 : 0;
+  });
+}
+
+weft_status weft_conversation_prompt_image(weft_conversation *conversation, const uint8_t *file, size_t len) {
+  return guarded(__func__, [&] {
+    auto c = conv_of(conversation);
+    c->prompt_image(bytes_arg(file, len, "file"));
+  });
+}
+
+weft_status weft_conversation_prompt_image_rgb(weft_conversation *conversation, uint32_t width, uint32_t height,
+                                               const uint8_t *rgb, size_t len) {
+  return guarded(__func__, [&] {
+    auto c = conv_of(conversation);
+    c->prompt_image(width, height, bytes_arg(rgb, len, "rgb"));
+  });
+}
+
+weft_status weft_conversation_n_images(const weft_conversation *conversation, size_t *out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = conv_of(conversation)->images().size();
+  });
+}
+
+weft_status weft_conversation_image(const weft_conversation *conversation, size_t index, weft_image_span *out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    const auto spans = conv_of(conversation)->images();
+    if (index >= spans.size()) {
+      fail(WEFT_ERR_OUT_OF_RANGE, fmt::format("index {} >= the conversation's {} images", index, spans.size()));
+    }
+    const weft::ImageSpan &s = spans[index];
+    weft_image_span v{};
+    v.id = s.id;
+    v.begin = s.begin;
+    v.n_tokens = s.n_tokens;
+    v.n_pos = s.n_pos;
+    v.encoded = s.encoded ? 1 : 0;
+    write_struct(out, "weft_image_span", v, kImageSpanSizes);
+  });
+}
+
+weft_token weft_image_token(uint64_t id) { return weft::image_token(id); }
+
+}  // extern "C"
