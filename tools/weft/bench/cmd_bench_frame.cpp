@@ -9,7 +9,9 @@
 // NPC or arriving prompt, time to first token in frames); and decode rates
 // over wall time and busy time against the same workload stepped without a
 // budget. Targets are relative to the one-token floor and printed as met or
-// not; speed is never asserted.
+// not; speed is never asserted. With --image-every N each run is repeated
+// with a picture shown every N frames (bench_images.hpp): the step times
+// with and without images side by side, and what images cost where.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,8 +22,9 @@
 #include <string_view>
 #include <thread>
 
-#include "bench_common.hpp"
 #include "bench_commands.hpp"
+#include "bench_common.hpp"
+#include "bench_images.hpp"
 
 namespace weft_cli {
 namespace {
@@ -35,8 +38,10 @@ struct Opts {
   unsigned ctx = 0, batch = 512, ubatch = 0;
   unsigned grace_frames = 30;  // half a second at 60 fps
   unsigned adapter_groups = 0;  // LoRAs the NPCs and arrivals spread over (0: none)
+  unsigned image_every = 0, image_side = 224;  // --image-every: a picture shown every N frames (0: none)
   int threads = 0;
   std::unique_ptr<bench::BenchLoras> loras;
+  std::unique_ptr<bench::BenchProjector> projector;
 };
 
 struct RunResult {
@@ -53,6 +58,7 @@ struct RunResult {
   std::vector<double> ttft_frames;        // per arrival that sampled a first token
   unsigned arrivals = 0, arrivals_without_token = 0, arrivals_starved = 0;
   std::uint64_t arrival_tokens_sampled = 0;
+  nlohmann::json images;  // with images: bench::ImageArrivals::summary
 };
 
 // An arriving prompt and what we track of it, through the public API only.
@@ -71,8 +77,9 @@ void close_arrival(RunResult &r, const Arrival &a) {
   if (!a.first_token) ++r.arrivals_without_token;
 }
 
-// One run of the workload; `budget_ms` 0 = plain step().
-RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms) {
+// One run of the workload; `budget_ms` 0 = plain step(). With `images`, a
+// picture arrives every o.image_every frames besides.
+RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool images = false) {
   // Room for the talkers' whole replies plus every arrival (finished ones are
   // disposed, but the cache is sized as if none were).
   const unsigned arrivals = (o.frames + o.arrive_every - 1) / o.arrive_every;
@@ -84,7 +91,9 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms) {
                             .n_batch = o.batch,
                             .n_ubatch = o.ubatch,
                             .n_seq_max = slots,
-                            .n_threads = o.threads});
+                            .n_threads = o.threads,
+                            .projector = images ? o.projector->projector : weft::Projector()});
+  bench::ImageArrivals pictures(images ? o.image_every : 0, o.image_side, 16);
   std::mt19937_64 rng(o.seed);
   const auto n_vocab = model.n_vocab();
 
@@ -131,6 +140,7 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms) {
       queued_before.push_back(a.conv.n_queued());
       decoded_before.push_back(a.conv.n_decoded());
     }
+    pictures.before_step(ex, f, rng, n_vocab);
     const auto frame_start = steady_clock::now();
     weft::StepBudget b;
     if (budget_ms > 0) {
@@ -144,6 +154,7 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms) {
     r.tokens_decoded += res.tokens_decoded;
     r.tokens_sampled += res.tokens_sampled;
     r.deadline_hits += res.deadline_hit ? 1 : 0;
+    pictures.after_step(f);
 
     // NPCs: a frame without a newly sampled token extends the NPC's wait. A
     // talker that finished keeps talking, so the load stays.
@@ -183,6 +194,7 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms) {
   const auto st = ex.stats();
   r.adapter_switches = st.adapter_switches;
   r.adapter_switch_ms = st.adapter_switch_ms;
+  if (images) r.images = pictures.summary(st);
   for (const auto &a : arriving) close_arrival(r, a);
   return r;
 }
@@ -266,7 +278,8 @@ nlohmann::json row_json(double budget_ms, const RunResult &r, const Baseline &ba
                    {"ttft_frames_max", optional_number(ttft_max)},
                    {"arrivals_without_token", r.arrivals_without_token},
                    {"arrivals_starved", r.arrivals_starved},
-                   {"grace_frames", grace_frames}};
+                   {"grace_frames", grace_frames},
+                   {"images", r.images.is_null() ? nlohmann::json(false) : r.images}};
   if (budget_ms > 0) {
     // Progress is judged under every budget; timing and throughput only where
     // the budget holds at least two one-token steps (null otherwise).
@@ -308,7 +321,9 @@ void print_row(const nlohmann::json &j) {
   }
   fmt::print("| {:>8} | {:>7.2f} | {:>7.2f} | {:>7.2f} | {:>5.1f}% | {:>15} | {:>11} | {:>14} | {:>15} | {:>7} | "
              "{:>10.1f} | {:>7.2f} | {} |\n",
-             b > 0 ? fmt::format("{:g} ms", b) : std::string("none"), j["p50_ms"].get<double>(),
+             fmt::format("{}{}", b > 0 ? fmt::format("{:g} ms", b) : std::string("none"),
+                         j["images"].is_object() ? " +img" : ""),
+             j["p50_ms"].get<double>(),
              j["p99_ms"].get<double>(), j["max_ms"].get<double>(), 100 * j["over_budget_share"].get<double>(),
              fmt::format("{}/{:g}", j["npc_tokens_min"].get<std::uint64_t>(), j["npc_tokens_median"].get<double>()),
              j["npc_longest_wait_frames"].get<unsigned>(), j["prompt_longest_wait_frames"].get<unsigned>(),
@@ -323,6 +338,7 @@ void run(Opts &o) {
   auto model = bench::load_model(path);
   if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (o.adapter_groups > 0) o.loras = std::make_unique<bench::BenchLoras>(model, path, o.adapter_groups, 8);
+  if (o.image_every > 0) o.projector = std::make_unique<bench::BenchProjector>(model, path, 1);
 
   fmt::print("\nweft bench frame: model {}, {} NPCs generating (their prompts decoded before the first frame), "
              "a {}-token prompt arriving every {} frames asking for a 16-token reply, {} frames, n_threads = {}, "
@@ -343,14 +359,32 @@ void run(Opts &o) {
   const Baseline base_rates{base.busy_s > 0 ? static_cast<double>(base.tokens_decoded) / base.busy_s : 0,
                             base.wall_s > 0 ? static_cast<double>(base.tokens_decoded) / base.wall_s : 0};
 
+  // With images, each row again with pictures arriving, against an
+  // unbudgeted run with them.
+  Baseline img_rates;
+  RunResult base_img;
+  if (o.image_every > 0) {
+    base_img = run_workload(model, o, 0, true);
+    img_rates = {base_img.busy_s > 0 ? static_cast<double>(base_img.tokens_decoded) / base_img.busy_s : 0,
+                 base_img.wall_s > 0 ? static_cast<double>(base_img.tokens_decoded) / base_img.wall_s : 0};
+  }
   print_header();
   nlohmann::json rows = nlohmann::json::array();
   auto base_row = row_json(0, base, base_rates, floor_ms, o.grace_frames);
   print_row(base_row);
+  nlohmann::json img_rows = nlohmann::json::array();
+  if (o.image_every > 0) {
+    img_rows.push_back(row_json(0, base_img, img_rates, floor_ms, o.grace_frames));
+    print_row(img_rows.back());
+  }
   for (double b : o.budgets) {
     auto j = row_json(b, run_workload(model, o, b), base_rates, floor_ms, o.grace_frames);
     print_row(j);
     rows.push_back(std::move(j));
+    if (o.image_every > 0) {
+      img_rows.push_back(row_json(b, run_workload(model, o, b, true), img_rates, floor_ms, o.grace_frames));
+      print_row(img_rows.back());
+    }
   }
   fmt::print(
       "\nNPC tok: tokens sampled per NPC over the run (min/median). NPC wait: the longest run of frames in which an "
@@ -369,6 +403,23 @@ void run(Opts &o) {
     fmt::print("; what a switch adds to a decode, as the cost model learnt it: {:.2f} ms\n",
                rows.empty() ? base_row["adapter_switch_ms"].get<double>() : rows.back()["adapter_switch_ms"].get<double>());
   }
+  if (o.image_every > 0) {
+    fmt::print("\n+img: the same workload with a {}x{} picture (and 16 tokens of text, an 8-token reply) shown every {} "
+               "frames; the encoder runs on the executor's own thread, never in a step:\n",
+               o.image_side, o.image_side, o.image_every);
+    for (const auto &j : img_rows) {
+      const auto &s = j["images"];
+      fmt::print("  {}: {} images, encode {:.1f} ms each (encoder thread), {} embeddings batches of {:.2f} ms, "
+                 "prompt_image call p50 {:.2f} ms / max {:.2f} ms (caller's thread), first reply token after {:g}/{:g} "
+                 "frames (median/max), {} without one\n",
+                 j["budget_ms"].get<double>() > 0 ? fmt::format("{:g} ms", j["budget_ms"].get<double>()) : "none",
+                 s["images_arrived"].get<unsigned>(), s["image_encode_ms_mean"].get<double>(),
+                 s["image_batches"].get<std::uint64_t>(), s["image_batch_decode_ms_mean"].get<double>(),
+                 s["prompt_image_call_ms_p50"].get<double>(), s["prompt_image_call_ms_max"].get<double>(),
+                 s["image_first_token_frames_median"].get<double>(), s["image_first_token_frames_max"].get<double>(),
+                 s["images_without_token"].get<std::uint64_t>());
+    }
+  }
   if (!o.json.empty()) {
     bench::write_json(o.json, {{"bench", "frame"},
                                {"model", path},
@@ -384,7 +435,10 @@ void run(Opts &o) {
                                {"machine", bench::machine_info()},
                                {"one_token_step_ms", floor_ms},
                                {"unbudgeted", base_row},
-                               {"rows", rows}});
+                               {"rows", rows},
+                               {"image_every", o.image_every},
+                               {"image_side", o.image_side},
+                               {"image_rows", img_rows}});
   }
 }
 
@@ -422,6 +476,13 @@ void add_bench_frame(CLI::App &bench) {
   cmd->add_option("--adapter-groups", o->adapter_groups,
                   "Spread the NPCs and arrivals over this many random LoRAs (0 = none)")
       ->check(CLI::Range(0u, 16u))
+      ->capture_default_str();
+  cmd->add_option("--image-every", o->image_every,
+                  "Also run each budget with a picture shown every N frames (a generated gemma3 projector; 0 = no)")
+      ->check(CLI::Range(0u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--image-side", o->image_side, "Side in pixels of those pictures (RGB)")
+      ->check(CLI::Range(1u, 8192u))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the random prompt tokens")->capture_default_str();
   cmd->add_option("--json", o->json, "Also write the rows as JSON to this file");

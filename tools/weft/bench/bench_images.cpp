@@ -1,0 +1,72 @@
+#include "bench_images.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "bench_common.hpp"
+#include "weft/make_mmproj.hpp"
+
+namespace weft_cli::bench {
+
+BenchProjector::BenchProjector(const weft::Model &model, const std::string &path, int n_threads) {
+  namespace fs = std::filesystem;
+  dir = (fs::temp_directory_path() / fmt::format("weft-bench-mmproj-{}", ::getpid())).string();
+  fs::create_directories(dir);
+  const std::string out = (fs::path(dir) / "mmproj.gguf").string();
+  weft::make_mmproj({.base = path, .out = out, .seed = 1});
+  projector = weft::Projector::load(model, {.path = out, .n_threads = n_threads});
+}
+
+BenchProjector::~BenchProjector() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+void ImageArrivals::before_step(weft::Executor &ex, unsigned f, std::mt19937_64 &rng, std::int32_t n_vocab) {
+  if (every_ == 0 || f % every_ != 0) return;
+  std::vector<std::uint8_t> px(std::size_t(side_) * side_ * 3);
+  for (auto &p : px) p = static_cast<std::uint8_t>(rng() >> 56);
+  auto c = ex.create();
+  c.prompt(random_tokens(rng, text_, n_vocab));
+  const auto t0 = std::chrono::steady_clock::now();
+  c.prompt_image(side_, side_, px);
+  prompt_call_ms_.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  c.prompt(random_tokens(rng, 4, n_vocab));
+  auto g = c.generate({.max_tokens = 8});
+  live_.push_back({std::move(c), std::move(g), f});
+  ++arrived_;
+}
+
+void ImageArrivals::after_step(unsigned f) {
+  std::erase_if(live_, [&](Arrival &a) {
+    if (a.gen.n_tokens() == 0 && !a.gen.done()) return false;
+    if (a.gen.n_tokens() > 0) {
+      first_token_frames_.push_back(static_cast<double>(f + 1 - a.arrived));
+    } else {
+      ++without_token_;
+    }
+    a.conv.dispose();  // its reply's first token is what was measured
+    return true;
+  });
+}
+
+nlohmann::json ImageArrivals::summary(const weft::ExecutorStats &st) const {
+  const auto mean = [](double total, std::uint64_t n) { return n > 0 ? total / static_cast<double>(n) : 0.0; };
+  nlohmann::json j{{"images_arrived", arrived_},
+                   {"images_encoded", st.images_encoded},
+                   {"image_encode_ms_mean", mean(st.image_encode_ms, st.images_encoded)},
+                   {"image_batches", st.image_batches},
+                   {"image_batch_decode_ms_mean", mean(st.image_decode_ms, st.image_batches)},
+                   {"prompt_image_call_ms_p50", percentile(prompt_call_ms_, 50)},
+                   {"prompt_image_call_ms_max", percentile(prompt_call_ms_, 100)},
+                   {"image_first_token_frames_median", percentile(first_token_frames_, 50)},
+                   {"image_first_token_frames_max", percentile(first_token_frames_, 100)},
+                   {"images_without_token", without_token_ + live_.size()}};
+  return j;
+}
+
+}  // namespace weft_cli::bench

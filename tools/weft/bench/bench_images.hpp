@@ -1,0 +1,55 @@
+// Images arriving in `weft bench frame` (--image-every): a generated gemma3
+// projector for the bench's model, and conversations that show an NPC a
+// picture every N frames and ask for a short reply, tracked as a player
+// sees them (frames from arrival to the reply's first token).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "weft/weft.hpp"
+
+namespace weft_cli::bench {
+
+// A projector for the model at `path` (weft::make_mmproj, seed 1), in a
+// private temp directory removed with the object, and loaded.
+struct BenchProjector {
+  std::string dir;
+  weft::Projector projector;
+  BenchProjector(const weft::Model &model, const std::string &path, int n_threads);
+  ~BenchProjector();
+  BenchProjector(const BenchProjector &) = delete;
+  BenchProjector &operator=(const BenchProjector &) = delete;
+};
+
+class ImageArrivals {
+ public:
+  // Every `every` frames, a conversation of `text` random tokens, a `side` x
+  // `side` random picture, and a 8-token reply.
+  ImageArrivals(unsigned every, unsigned side, unsigned text) : every_(every), side_(side), text_(text) {}
+
+  // Before frame f's step: maybe one arrives (the call's own time is what a
+  // game thread pays for prompt_image, measured).
+  void before_step(weft::Executor &ex, unsigned f, std::mt19937_64 &rng, std::int32_t n_vocab);
+  // After frame f's step.
+  void after_step(unsigned f);
+  // The run's numbers, with the executor's image stats.
+  nlohmann::json summary(const weft::ExecutorStats &st) const;
+
+ private:
+  struct Arrival {
+    weft::Conversation conv;
+    weft::Generation gen;
+    unsigned arrived = 0;
+  };
+  unsigned every_, side_, text_;
+  std::vector<Arrival> live_;
+  std::vector<double> first_token_frames_, prompt_call_ms_;
+  unsigned arrived_ = 0, without_token_ = 0;
+};
+
+}  // namespace weft_cli::bench
