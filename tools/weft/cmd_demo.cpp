@@ -135,7 +135,7 @@ void add_demo(CLI::App &app) {
     unsigned npcs = 8, max_tokens = 40, ctx = 4096, batch = 256, seed = 1, dialogues = 0;
     std::uint64_t script_seed = 1000;
     int threads = 0, top_k = 20;
-    float temperature = 0.5f, top_p = 0.9f, repeat_penalty = 1.0f;
+    float temperature = 0.0f, top_p = 0.9f, repeat_penalty = 1.0f;
     bool plain = false, check = false, grammar = true;
   };
   auto o = std::make_shared<Opts>();
@@ -149,7 +149,9 @@ void add_demo(CLI::App &app) {
   cmd->add_option("--ctx", o->ctx, "KV cells")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Tokens per step")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
-  cmd->add_option("--temperature", o->temperature, "Sampling temperature")->capture_default_str();
+  cmd->add_option("--temperature", o->temperature,
+                  "Sampling temperature (0 = greedy: the likeliest line the role's grammar allows; docs/MODELS.md)")
+      ->capture_default_str();
   cmd->add_option("--top-k", o->top_k, "Sample from the k most likely tokens (0 = all)")->capture_default_str();
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling")->capture_default_str();
   cmd->add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1 = off: NPCs must repeat names and "
