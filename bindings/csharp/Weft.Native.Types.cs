@@ -85,6 +85,11 @@ namespace Weft
         protected override bool ReleaseHandle() { return Native.weft_projector_free(handle) == Status.Ok; }
     }
 
+    internal sealed class PreparedImageHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_prepared_image_free(handle) == Status.Ok; }
+    }
+
     // --- Struct mirrors ------------------------------------------------------
 
     [StructLayout(LayoutKind.Sequential)]

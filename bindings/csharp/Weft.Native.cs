@@ -124,6 +124,11 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_conversation_n_images(ConversationHandle c, out UIntPtr n);
         [DllImport(Lib)] public static extern Status weft_conversation_image(ConversationHandle c, UIntPtr index, ref ImageSpanNative span);
         [DllImport(Lib)] public static extern int weft_image_token(ulong id);
+        [DllImport(Lib)] public static extern Status weft_projector_prepare_image(ProjectorHandle projector, byte[] file, UIntPtr len, out PreparedImageHandle image);
+        [DllImport(Lib)] public static extern Status weft_projector_prepare_image_rgb(ProjectorHandle projector, uint width, uint height, byte[] rgb, UIntPtr len, out PreparedImageHandle image);
+        [DllImport(Lib)] public static extern Status weft_prepared_image_free(IntPtr image);
+        [DllImport(Lib)] public static extern Status weft_prepared_image_n_tokens(PreparedImageHandle image, out uint n);
+        [DllImport(Lib)] public static extern Status weft_conversation_prompt_prepared_image(ConversationHandle c, PreparedImageHandle image);
 
         [DllImport(Lib)] public static extern Status weft_generation_free(IntPtr g);
         [DllImport(Lib)] public static extern Status weft_generation_is_done(GenerationHandle g, out int done);

@@ -61,6 +61,47 @@ namespace Weft
             get { int v; Native.Check(Native.weft_projector_non_causal(Handle, out v)); return v != 0; }
         }
 
+        // The costly part of PromptImage — the file's decode, the resize — on
+        // the calling thread (a worker thread of the game's), so that queueing
+        // the result later costs microseconds. The same checks and errors as
+        // PromptImage.
+        public PreparedImage Prepare(byte[] file)
+        {
+            if (file == null) throw new ArgumentNullException("file");
+            PreparedImageHandle h;
+            Native.Check(Native.weft_projector_prepare_image(Handle, file, Native.Size(file.Length), out h));
+            return new PreparedImage(h);
+        }
+
+        public PreparedImage Prepare(int width, int height, byte[] rgb)
+        {
+            if (rgb == null) throw new ArgumentNullException("rgb");
+            if (width < 0) throw new ArgumentOutOfRangeException("width", width, "must be >= 0");
+            if (height < 0) throw new ArgumentOutOfRangeException("height", height, "must be >= 0");
+            PreparedImageHandle h;
+            Native.Check(Native.weft_projector_prepare_image_rgb(Handle, (uint)width, (uint)height, rgb,
+                                                                 Native.Size(rgb.Length), out h));
+            return new PreparedImage(h);
+        }
+
+        public void Dispose() { Handle.Dispose(); }
+    }
+
+    // An image decoded and preprocessed for one projector (Projector.Prepare):
+    // immutable, queued any number of times by any thread; a conversation keeps
+    // what it needs, so this may be disposed once queued.
+    public sealed class PreparedImage : IDisposable
+    {
+        internal readonly PreparedImageHandle Handle;
+
+        internal PreparedImage(PreparedImageHandle handle) { Handle = handle; }
+
+        // Positions the image itself takes (without the text around it).
+        public int TokenCount
+        {
+            get { uint n; Native.Check(Native.weft_prepared_image_n_tokens(Handle, out n)); return (int)n; }
+        }
+
         public void Dispose() { Handle.Dispose(); }
     }
 
@@ -101,6 +142,15 @@ namespace Weft
             if (height < 0) throw new ArgumentOutOfRangeException("height", height, "must be >= 0");
             Native.Check(Native.weft_conversation_prompt_image_rgb(Handle, (uint)width, (uint)height, rgb,
                                                                    Native.Size(rgb.Length)));
+        }
+
+        // An image made by Projector.Prepare (on any thread): microseconds.
+        // Status.InvalidArgument when prepared with another projector than the
+        // executor's.
+        public void PromptImage(PreparedImage image)
+        {
+            if (image == null) throw new ArgumentNullException("image");
+            Native.Check(Native.weft_conversation_prompt_prepared_image(Handle, image.Handle));
         }
 
         // Its images, queued and decoded, by position.

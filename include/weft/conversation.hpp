@@ -35,6 +35,7 @@
 #include "weft/error.hpp"
 #include "weft/export.hpp"
 #include "weft/generation.hpp"
+#include "weft/projector.hpp"
 #include "weft/sampling.hpp"
 #include "weft/types.hpp"
 
@@ -115,6 +116,11 @@ class WEFT_API Conversation {
   // Images travel with save()/load() and spill (docs/STATE_FORMAT.md).
   void prompt_image(std::span<const std::uint8_t> file);
   void prompt_image(std::uint32_t width, std::uint32_t height, std::span<const std::uint8_t> rgb);
+  // An image made earlier by Projector::prepare, on any thread: queueing it
+  // costs microseconds (no decode, no copy of its pixels). Throws
+  // Errc::invalid_argument for an empty handle or one prepared with another
+  // projector than the executor's, and as prompt_image above for the rest.
+  void prompt_image(const PreparedImage &image);
   // Its images, by position (queued and decoded ones).
   std::vector<ImageSpan> images() const;
 

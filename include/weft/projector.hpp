@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "weft/export.hpp"
@@ -33,6 +34,8 @@ struct ProjectorParams {
   // Run the encoder on a GPU backend when weft was built with one. Default false.
   bool use_gpu = false;
 };
+
+class PreparedImage;
 
 class WEFT_API Projector {
  public:
@@ -55,10 +58,41 @@ class WEFT_API Projector {
   // The model it was loaded for.
   const Model &model() const;
 
+  // Decodes and preprocesses an image for this projector — the costly part
+  // of Conversation::prompt_image (a PNG's decode, the resize), milliseconds
+  // for a large picture — on the calling thread, so that a game can do it on
+  // a worker thread of its own and queue the result later in microseconds.
+  // The same checks and errors as Conversation::prompt_image (bytes or RGB).
+  PreparedImage prepare(std::span<const std::uint8_t> file) const;
+  PreparedImage prepare(std::uint32_t width, std::uint32_t height, std::span<const std::uint8_t> rgb) const;
+
   const std::shared_ptr<Impl> &impl() const noexcept { return impl_; }
 
  private:
   std::shared_ptr<Impl> impl_;
+};
+
+// An image decoded and preprocessed for one projector (Projector::prepare),
+// ready for Conversation::prompt_image. Ownership: a cheap, copyable handle
+// to immutable data, kept alive by each conversation it was queued in until
+// its embeddings are made; it keeps its projector alive. May be queued any
+// number of times, in conversations of any executors with this projector.
+// Thread-safety: immutable; any thread may read or queue it.
+class WEFT_API PreparedImage {
+ public:
+  struct Impl;
+
+  PreparedImage() = default;
+  explicit operator bool() const noexcept { return impl_ != nullptr; }
+  // Positions (and KV cells) the image itself takes, without the text the
+  // projector wraps it in. 0 for an empty handle.
+  std::uint32_t n_tokens() const noexcept;
+
+  const std::shared_ptr<const Impl> &impl() const noexcept { return impl_; }
+
+ private:
+  friend class Projector;
+  std::shared_ptr<const Impl> impl_;
 };
 
 }  // namespace weft

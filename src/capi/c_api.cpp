@@ -93,6 +93,7 @@ const char *kind_name(Kind kind) noexcept {
     case Kind::conversation_list: return "weft_conversation_list";
     case Kind::adapter: return "weft_adapter";
     case Kind::projector: return "weft_projector";
+    case Kind::prepared_image: return "weft_prepared_image";
   }
   return "handle";
 }

@@ -116,6 +116,7 @@ enum class Kind : std::uint8_t {
   conversation_list,
   adapter,
   projector,
+  prepared_image,
 };
 
 const char *kind_name(Kind kind) noexcept;

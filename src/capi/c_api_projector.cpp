@@ -92,6 +92,45 @@ weft_status weft_conversation_prompt_image_rgb(weft_conversation *conversation, 
   });
 }
 
+weft_status weft_projector_prepare_image(const weft_projector *projector, const uint8_t *file, size_t len,
+                                         weft_prepared_image **out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = nullptr;
+    auto img = std::make_shared<weft::PreparedImage>(projector_of(projector)->prepare(bytes_arg(file, len, "file")));
+    *out = make_handle<weft_prepared_image>(Kind::prepared_image, std::move(img));
+  });
+}
+
+weft_status weft_projector_prepare_image_rgb(const weft_projector *projector, uint32_t width, uint32_t height,
+                                             const uint8_t *rgb, size_t len, weft_prepared_image **out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = nullptr;
+    auto img = std::make_shared<weft::PreparedImage>(
+        projector_of(projector)->prepare(width, height, bytes_arg(rgb, len, "rgb")));
+    *out = make_handle<weft_prepared_image>(Kind::prepared_image, std::move(img));
+  });
+}
+
+weft_status weft_prepared_image_free(weft_prepared_image *image) {
+  return free_handle(__func__, image, Kind::prepared_image);
+}
+
+weft_status weft_prepared_image_n_tokens(const weft_prepared_image *image, uint32_t *out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = get<weft::PreparedImage>(image, Kind::prepared_image)->n_tokens();
+  });
+}
+
+weft_status weft_conversation_prompt_prepared_image(weft_conversation *conversation, const weft_prepared_image *image) {
+  return guarded(__func__, [&] {
+    auto c = conv_of(conversation);
+    c->prompt_image(*get<weft::PreparedImage>(image, Kind::prepared_image));
+  });
+}
+
 weft_status weft_conversation_n_images(const weft_conversation *conversation, size_t *out) {
   return guarded(__func__, [&] {
     need(out, "out");

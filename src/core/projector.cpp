@@ -76,6 +76,28 @@ const Projector::Impl &live(const std::shared_ptr<Projector::Impl> &p) {
 }
 }  // namespace
 
+PreparedImage Projector::prepare(std::span<const std::uint8_t> file) const {
+  live(impl_);
+  auto img = std::make_shared<PreparedImage::Impl>();
+  img->projector = impl_;
+  img->input = detail::tokenize_image_file(*impl_, file, 0);
+  PreparedImage out;
+  out.impl_ = std::move(img);
+  return out;
+}
+
+PreparedImage Projector::prepare(std::uint32_t width, std::uint32_t height, std::span<const std::uint8_t> rgb) const {
+  live(impl_);
+  auto img = std::make_shared<PreparedImage::Impl>();
+  img->projector = impl_;
+  img->input = detail::tokenize_image_rgb(*impl_, width, height, rgb, 0);
+  PreparedImage out;
+  out.impl_ = std::move(img);
+  return out;
+}
+
+std::uint32_t PreparedImage::n_tokens() const noexcept { return impl_ ? impl_->input.media->n_tokens : 0; }
+
 bool Projector::mrope() const { return live(impl_).mrope; }
 bool Projector::non_causal() const { return live(impl_).non_causal; }
 const Model &Projector::model() const { return live(impl_).model; }
@@ -196,7 +218,7 @@ ImageInput tokenize_image_file(const Projector::Impl &p, std::span<const std::ui
   }
   check_size(mtmd_bitmap_get_nx(bitmap.get()), mtmd_bitmap_get_ny(bitmap.get()), "prompt_image");
   auto out = tokenize(p, std::move(bitmap), id);
-  out.media->source.assign(bytes.begin(), bytes.end());
+  out.media->source = std::make_shared<const std::vector<std::uint8_t>>(bytes.begin(), bytes.end());
   return out;
 #else
   (void)p;
@@ -216,7 +238,7 @@ ImageInput tokenize_image_rgb(const Projector::Impl &p, std::uint32_t width, std
   BitmapPtr bitmap(mtmd_bitmap_init(width, height, rgb.data()));
   if (!bitmap) fail(Errc::backend, "prompt_image: mtmd could not make a bitmap");
   auto out = tokenize(p, std::move(bitmap), id);
-  out.media->source.assign(rgb.begin(), rgb.end());
+  out.media->source = std::make_shared<const std::vector<std::uint8_t>>(rgb.begin(), rgb.end());
   out.media->width = width;
   out.media->height = height;
   return out;
@@ -225,6 +247,24 @@ ImageInput tokenize_image_rgb(const Projector::Impl &p, std::uint32_t width, std
   (void)id;
   fail(Errc::invalid_argument, "weft was built without mtmd");
 #endif
+}
+
+ImageInput clone_input(const ImageInput &in, std::uint64_t id) {
+  ImageInput out;
+  out.before = in.before;
+  out.after = in.after;
+  auto m = std::make_shared<MediaChunk>();
+  const MediaChunk &t = *in.media;
+  m->id = id;
+  m->n_tokens = t.n_tokens;
+  m->n_pos = t.n_pos;
+  m->non_causal = t.non_causal;
+  m->chunk = t.chunk;
+  m->source = t.source;
+  m->width = t.width;
+  m->height = t.height;
+  out.media = std::move(m);
+  return out;
 }
 
 void encode_media(Projector::Impl &p, MediaChunk &m) {

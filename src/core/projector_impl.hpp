@@ -54,8 +54,9 @@ struct MediaChunk {
   std::optional<Error> error;
   // What it was made from, kept until encoded so that a save before then
   // can carry it (file bytes, or width x height x 3 RGB when width > 0).
-  // Cleared under the executor's state lock once ready, read under it.
-  std::vector<std::uint8_t> source;
+  // Cleared under the executor's state lock once ready, read under it;
+  // shared with the PreparedImage it came from.
+  std::shared_ptr<const std::vector<std::uint8_t>> source;
   std::uint32_t width = 0, height = 0;
 };
 
@@ -65,6 +66,10 @@ struct ImageInput {
   std::vector<Token> before, after;
   std::shared_ptr<MediaChunk> media;
 };
+
+// A copy of `in` for one more image: a new id, the same mtmd chunk and
+// source (both immutable, shared), not yet encoded.
+ImageInput clone_input(const ImageInput &in, std::uint64_t id);
 
 // Largest image weft takes, before any decode or resize.
 inline constexpr std::uint32_t kMaxImageSide = 8192;
@@ -84,3 +89,10 @@ ImageInput tokenize_image_rgb(const Projector::Impl &p, std::uint32_t width, std
 void encode_media(Projector::Impl &p, MediaChunk &m);
 
 }  // namespace weft::detail
+
+namespace weft {
+struct PreparedImage::Impl {
+  std::shared_ptr<Projector::Impl> projector;
+  detail::ImageInput input;  // its media chunk a template (id 0), never queued itself
+};
+}  // namespace weft

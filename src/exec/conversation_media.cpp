@@ -75,6 +75,19 @@ void Conversation::prompt_image(std::uint32_t width, std::uint32_t height, std::
   x.notify_work();
 }
 
+void Conversation::prompt_image(const PreparedImage &image) {
+  auto &x = core_for(handle_);
+  auto &p = projector_for(x, handle_->id);
+  if (!image) detail::fail(Errc::invalid_argument, "prompt_image: empty PreparedImage handle");
+  if (image.impl()->projector.get() != &p) {
+    detail::fail(Errc::invalid_argument,
+                 fmt::format("conversation {}: the image was prepared with another projector than this executor's",
+                             handle_->id));
+  }
+  queue_image(x, handle_->id, detail::clone_input(image.impl()->input, x.next_media_id++));
+  x.notify_work();
+}
+
 std::vector<ImageSpan> Conversation::images() const {
   auto &x = core_for(handle_);
   std::lock_guard lock(x.mu);

@@ -64,7 +64,7 @@ void media_erase(Conv &c, std::uint32_t p0, std::uint32_t p1) {
 void ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
   const int state = m.chunk->state.load(std::memory_order_acquire);
   if (state == MediaChunk::ready) {
-    if (!m.chunk->source.empty()) std::vector<std::uint8_t>().swap(m.chunk->source);  // saves carry the embeddings now
+    m.chunk->source.reset();  // saves carry the embeddings now
     media_wanting.push_back(&c);
   } else if (state == MediaChunk::failed) {
     // Its input stays held back (not lost) until clear_error(); rewinding

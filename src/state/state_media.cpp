@@ -24,7 +24,7 @@ void record_media(const ExecutorCore &x, const Conv &c, ConvRecord &r) {
     } else {
       // Still queued for the encoder: its source travels, to be encoded on load.
       rec.form = m.width > 0 ? MediaRecord::rgb : MediaRecord::file;
-      rec.source = m.source;
+      if (m.source) rec.source = *m.source;
       rec.width = m.width;
       rec.height = m.height;
     }

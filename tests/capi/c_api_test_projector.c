@@ -180,6 +180,44 @@ void test_images(void) {
   CHECK_OK(weft_conversation_n_images(back, &n));
   CHECK(n == 1);
 
+  /* Prepared (here; any thread would do) and queued: the same logits as the
+     image queued directly. A prepared image of another load of the file is
+     another projector's: refused by the first executors. */
+  {
+    weft_prepared_image *img = NULL;
+    weft_executor *pex;
+    weft_conversation *d = NULL, *e = NULL;
+    uint32_t n_img = 0;
+    weft_token a[N_TEXT], b[N_TEXT];
+    for (i = 0; i < N_TEXT; ++i) {
+      a[i] = (weft_token)(40 + 7 * i);
+      b[i] = (weft_token)(90 + 11 * i);
+    }
+    CHECK_ERR(weft_projector_prepare_image(NULL, rgb, 10, &img), WEFT_ERR_NULL_ARG, "weft_projector");
+    CHECK(img == NULL);
+    CHECK_OK(weft_projector_load(m, &pp, &p));
+    CHECK_ERR(weft_projector_prepare_image(p, bad, 0, &img), WEFT_ERR_INVALID_ARGUMENT, "no image bytes");
+    CHECK_OK(weft_projector_prepare_image_rgb(p, IMG_W, IMG_H, rgb, sizeof rgb, &img));
+    CHECK_OK(weft_prepared_image_n_tokens(img, &n_img));
+    CHECK(n_img == 16);
+    pex = executor_with(m, p, 2);
+    CHECK_OK(weft_projector_free(p));
+    CHECK_OK(weft_conversation_create(pex, &d));
+    CHECK_OK(weft_conversation_prompt_tokens(d, a, N_TEXT));
+    CHECK_OK(weft_conversation_prompt_prepared_image(d, img));
+    CHECK_OK(weft_conversation_prompt_tokens(d, b, N_TEXT));
+    CHECK_OK(weft_conversation_create(alone, &e));
+    CHECK_ERR(weft_conversation_prompt_prepared_image(e, img), WEFT_ERR_INVALID_ARGUMENT, "another projector");
+    CHECK_OK(weft_prepared_image_free(img));
+    CHECK_ERR(weft_conversation_prompt_prepared_image(d, img), WEFT_ERR_INVALID_HANDLE, "weft_prepared_image");
+    run_until_logits(pex, d);
+    CHECK(get_logits(d, got, 65536) == (size_t)n_vocab);
+    CHECK(nmse(got, want, (size_t)n_vocab) < LOGITS_TOLERANCE);
+    CHECK_OK(weft_conversation_free(e));
+    CHECK_OK(weft_conversation_free(d));
+    CHECK_OK(weft_executor_free(pex));
+  }
+
   /* Bad images: typed, and the conversation and executor go on. */
   memset(bad, 7, sizeof bad);
   CHECK_ERR(weft_conversation_prompt_image(c, bad, sizeof bad), WEFT_ERR_INVALID_ARGUMENT, "neither a PNG nor a JPEG");

@@ -306,3 +306,52 @@ TEST(Images, MropeProjectorRefused) {
   EXPECT_TRUE(throws_weft([&] { (void)weft::Projector::load(model, {.path = text}); }, weft::Errc::incompatible));
 }
 #endif  // WEFT_HAVE_MTMD
+
+#ifdef WEFT_HAVE_MTMD
+// An image prepared on another thread is queued in two conversations of two
+// executors that share the projector (and twice in one): each image its own,
+// each with the logits of its decode alone. One prepared with another
+// projector, or an empty handle, is refused.
+TEST(Images, PreparedImageQueuedAnywhere) {
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(12);
+  const Rgb img = random_image(rng, 50, 70);
+  weft::PreparedImage prepared;
+  std::thread([&] { prepared = fixture().projector.prepare(png_of(img)); }).join();
+  ASSERT_TRUE(prepared);
+  EXPECT_EQ(prepared.n_tokens(), 16u);
+  const auto parts = tokenize(img);
+  const auto a = random_tokens(rng, m, 6, true), b = random_tokens(rng, m, 5);
+  weft::Executor one(m, params()), two(m, params(32));
+  auto c1 = one.create(), c2 = two.create();
+  for (auto *c : {&c1, &c2}) {
+    c->prompt(a);
+    c->prompt_image(prepared);
+    c->prompt(b);
+  }
+  c2.prompt_image(prepared);  // the same picture again, after b
+  EXPECT_EQ(c2.images().size(), 2u);
+  EXPECT_NE(c2.images()[0].id, c2.images()[1].id);
+  run_until_logits(one, {c1}, rng, 64);
+  run_until_logits(two, {c2}, rng, 32);
+  expect_logits(c1, reference({a, parts.before, parts.image, parts.after, b}), "prepared, first executor");
+  expect_logits(c2, reference({a, parts.before, parts.image, parts.after, b, parts.before, parts.image, parts.after}),
+                "prepared, twice in the second executor");
+  // Saved and loaded: the shared source and chunk are not the state's business.
+  auto back = one.load(c2.save());
+  expect_logits(back, reference({a, parts.before, parts.image, parts.after, b, parts.before, parts.image, parts.after}),
+                "prepared, saved and loaded");
+
+  const auto dir = weft_test::temp_dir("images-prepared");
+  const auto other_path = (dir / "other.gguf").string();
+  weft::make_mmproj({.base = weft_test::tiny_path(), .out = other_path, .seed = 3});
+  const auto other = weft::Projector::load(m, {.path = other_path});
+  const auto foreign = other.prepare(img.w, img.h, img.px);
+  const auto n = c1.n_tokens();
+  EXPECT_TRUE(throws_weft([&] { c1.prompt_image(foreign); }, weft::Errc::invalid_argument, "another projector"));
+  EXPECT_TRUE(throws_weft([&] { c1.prompt_image(weft::PreparedImage()); }, weft::Errc::invalid_argument, "empty"));
+  EXPECT_TRUE(throws_weft([&] { (void)other.prepare(std::vector<std::uint8_t>(10, 1)); }, weft::Errc::invalid_argument,
+                          "neither a PNG nor a JPEG"));
+  EXPECT_EQ(c1.n_tokens(), n);
+}
+#endif  // WEFT_HAVE_MTMD

@@ -42,8 +42,18 @@ namespace Weft.Samples
                 a.Prompt("The baker kneads the dough.", addBos: true);
                 b.Prompt("The guard watches the gate.", addBos: true);
                 Scene(smith, rgb);
+                // The reference's picture is prepared on a worker thread, as a game
+                // would keep PNG decoding off its main thread.
+                PreparedImage prepared = null;
+                var worker = new System.Threading.Thread(() => { prepared = projector.Prepare(48, 32, rgb); });
+                worker.Start();
+                worker.Join();
+                Check.Equal(16, prepared.TokenCount, "the prepared image's positions");
                 var reference = alone.CreateConversation();
-                Scene(reference, rgb);
+                reference.Prompt(Lore + "\nPlayer: Look at this.", addBos: true);
+                reference.PromptImage(prepared);
+                reference.Prompt("\nSmith:");
+                prepared.Dispose();
 
                 int steps = RunUntilLogits(ex, smith);
                 RunUntilLogits(alone, reference);

@@ -43,6 +43,7 @@ typedef void (*weft_free_fn)(void *user_data);
 typedef struct weft_model weft_model;                          // weft/c/model.h
 typedef struct weft_adapter weft_adapter;                      // weft/c/adapter.h
 typedef struct weft_projector weft_projector;                  // weft/c/projector.h
+typedef struct weft_prepared_image weft_prepared_image;        // weft/c/projector.h
 typedef struct weft_executor weft_executor;                    // weft/c/executor.h
 typedef struct weft_conversation weft_conversation;            // weft/c/conversation.h
 typedef struct weft_generation weft_generation;                // weft/c/generation.h

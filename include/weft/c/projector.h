@@ -60,6 +60,27 @@ WEFT_C_API weft_status weft_conversation_prompt_image(weft_conversation *convers
 WEFT_C_API weft_status weft_conversation_prompt_image_rgb(weft_conversation *conversation, uint32_t width,
                                                           uint32_t height, const uint8_t *rgb, size_t len);
 
+// The costly part of the two calls above — the file's decode, the resize —
+// on the calling thread, so a game can run it on a worker thread of its own:
+// *out (the caller's, freed with weft_prepared_image_free) is an immutable
+// image any thread may queue, any number of times, with
+// weft_conversation_prompt_prepared_image, which then costs microseconds.
+// The same checks and errors as the prompt calls; never waits for a step.
+WEFT_C_API weft_status weft_projector_prepare_image(const weft_projector *projector, const uint8_t *file, size_t len,
+                                                    weft_prepared_image **out);
+WEFT_C_API weft_status weft_projector_prepare_image_rgb(const weft_projector *projector, uint32_t width,
+                                                        uint32_t height, const uint8_t *rgb, size_t len,
+                                                        weft_prepared_image **out);
+WEFT_C_API weft_status weft_prepared_image_free(weft_prepared_image *image);
+// Positions the image itself takes (without the text around it).
+WEFT_C_API weft_status weft_prepared_image_n_tokens(const weft_prepared_image *image, uint32_t *out);
+// Queues a prepared image. WEFT_ERR_INVALID_ARGUMENT when it was prepared
+// with another projector than the executor's; else as
+// weft_conversation_prompt_image. The conversation keeps what it needs: the
+// handle may be freed at once.
+WEFT_C_API weft_status weft_conversation_prompt_prepared_image(weft_conversation *conversation,
+                                                               const weft_prepared_image *image);
+
 // An image of a conversation. Each of its positions in
 // weft_conversation_tokens holds the same negative value, weft_image_token(id).
 typedef struct weft_image_span {

@@ -30,10 +30,11 @@ class ImageArrivals {
  public:
   // Every `every` frames, a conversation of `text` random tokens, a `side` x
   // `side` random picture, and a 8-token reply.
-  ImageArrivals(unsigned every, unsigned side, unsigned text) : every_(every), side_(side), text_(text) {}
+  ImageArrivals(weft::Projector projector, unsigned every, unsigned side, unsigned text)
+      : projector_(std::move(projector)), every_(every), side_(side), text_(text) {}
 
-  // Before frame f's step: maybe one arrives (the call's own time is what a
-  // game thread pays for prompt_image, measured).
+  // Before frame f's step: maybe one arrives. Projector::prepare (which a
+  // game may run on any thread) and prompt_image(prepared) are timed apart.
   void before_step(weft::Executor &ex, unsigned f, std::mt19937_64 &rng, std::int32_t n_vocab);
   // After frame f's step.
   void after_step(unsigned f);
@@ -46,9 +47,10 @@ class ImageArrivals {
     weft::Generation gen;
     unsigned arrived = 0;
   };
+  weft::Projector projector_;
   unsigned every_, side_, text_;
   std::vector<Arrival> live_;
-  std::vector<double> first_token_frames_, prompt_call_ms_;
+  std::vector<double> first_token_frames_, prepare_ms_, prompt_call_ms_;
   unsigned arrived_ = 0, without_token_ = 0;
 };
 
