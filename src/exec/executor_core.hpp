@@ -148,6 +148,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // This step's images, and the embeddings batch's buffers (media.cpp).
   std::vector<MediaSegment> media_segments;
   std::vector<Conv *> media_wanting;
+  // What an embeddings batch's llama_decode has taken (the graph re-reserve
+  // for it included): the larger of the last and a running mean; 0 before
+  // the first.
+  double media_batch_s = 0;
   struct MediaBatch {
     std::vector<float> embd;
     std::vector<std::int32_t> pos, n_seq_id, seq_id;
@@ -254,7 +258,11 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   void media_candidate_locked(Conv &c, const MediaSpan &m);
   // Plans this step's images from media_wanting (each whole), taking their
   // tokens out of the budget and the free cells.
-  void plan_media_locked(std::uint32_t &token_budget, std::uint32_t &free_cells);
+  // With a time budget (`time_left`, seconds), an image goes only when what
+  // its embeddings batch costs (media_batch_s, twice: llama.cpp re-reserves
+  // its graph for the batch and again after it) fits, or once overdue; the
+  // time it takes comes off time_left.
+  void plan_media_locked(std::uint32_t &token_budget, std::uint32_t &free_cells, double *time_left);
   // Decodes media_segments in embeddings batches (mu released around each
   // llama_decode) and commits them.
   void run_media_locked(StepResult &result, std::unique_lock<std::mutex> &lock);

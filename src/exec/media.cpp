@@ -74,7 +74,7 @@ void ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
   // Else still encoding: its later input waits behind it.
 }
 
-void ExecutorCore::plan_media_locked(std::uint32_t &token_budget, std::uint32_t &free_cells) {
+void ExecutorCore::plan_media_locked(std::uint32_t &token_budget, std::uint32_t &free_cells, double *time_left) {
   media_segments.clear();
   std::sort(media_wanting.begin(), media_wanting.end(), [](const Conv *a, const Conv *b) {
     if (a->priority != b->priority) return a->priority > b->priority;
@@ -90,6 +90,10 @@ void ExecutorCore::plan_media_locked(std::uint32_t &token_budget, std::uint32_t 
     // has waited kAgingSteps steps.
     const bool overdue = media_segments.empty() && stats.steps - c->turn_since() >= kAgingSteps;
     if (n > token_budget && !overdue) continue;
+    // The first image of a step pays for the batch (later ones share it).
+    const double batch_s = media_segments.empty() ? 2 * media_batch_s : 0;
+    if (time_left != nullptr && batch_s > *time_left && !overdue) continue;
+    if (time_left != nullptr) *time_left -= batch_s;
     media_segments.push_back({.conv = c,
                               .chunk = m->chunk,
                               .epoch = c->epoch,
@@ -215,6 +219,7 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     ++result.decode_calls;
     ++x.stats.image_batches;
     x.stats.image_decode_s += took;
+    x.media_batch_s = took > x.media_batch_s ? took : 0.8 * x.media_batch_s + 0.2 * took;
   }
   if (rc != 0) {
     for (std::size_t i : segs) x.kv->roll_back(all[i].conv->kv);

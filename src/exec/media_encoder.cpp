@@ -3,6 +3,11 @@
 
 #include <fmt/format.h>
 
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
+
 namespace weft::detail {
 
 MediaEncoder::MediaEncoder(std::shared_ptr<Projector::Impl> projector, std::function<void()> on_ready)
@@ -57,6 +62,13 @@ bool run_hook(const std::function<void()> &hook, MediaChunk &m) {
 }  // namespace
 
 void MediaEncoder::loop() {
+#if defined(__linux__)
+  // SCHED_BATCH: woken by push(), this thread does not preempt the thread
+  // that woke it (a game's, on a busy core) for the milliseconds of an
+  // encode; it runs as soon as a core is free instead.
+  sched_param sp{};
+  (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+#endif
   std::unique_lock lock(mu_);
   while (!stop_) {
     if (queue_.empty()) {

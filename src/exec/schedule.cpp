@@ -313,17 +313,22 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
     }
     std::uint32_t token_budget = budget.max_tokens.value_or(params.n_batch);
     double left = 0, depth = 0;
-    if (budget.max_time && !candidates.empty()) {
+    const bool timed = budget.max_time && (!candidates.empty() || !media_wanting.empty());
+    if (timed) {
       // What is left of the budget, less the sampling that follows the decode.
       left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
              sample_seconds * generating;
       depth = depth_is_cells ? kv->cells_held() : depth_weight > 0 ? depth_sum / depth_weight : 0;
+    }
+    std::uint32_t free_cells = kv->cells_free();
+    // Images first (each waited for its encoder); their batch's time comes
+    // off what the tokens get.
+    plan_media_locked(token_budget, free_cells, timed ? &left : nullptr);
+    if (timed && !candidates.empty()) {
       // Each adapter group is a llama_decode of its own, and each switch
       // re-reserves llama.cpp's graph: what they cost comes off the budget.
       token_budget = cost.tokens_within(left - group_overhead_locked(depth), depth, token_budget);
     }
-    std::uint32_t free_cells = kv->cells_free();
-    plan_media_locked(token_budget, free_cells);  // images first: each waited for its encoder
     plan_batch(candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, plan);
     if (budget.max_time && adapters_used && !plan.empty()) replan_for_groups_locked(left, depth, token_budget, wanted);
     const bool pressure = kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted);

@@ -83,9 +83,13 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool
   // Room for the talkers' whole replies plus every arrival (finished ones are
   // disposed, but the cache is sized as if none were).
   const unsigned arrivals = (o.frames + o.arrive_every - 1) / o.arrive_every;
+  // Pictures: each a conversation of 16 + 4 tokens, the image (16 positions
+  // with the generated projector, and its markers) and an 8-token reply.
+  const unsigned pictures_n = images ? (o.frames + o.image_every - 1) / o.image_every : 0;
   const unsigned want_ctx = o.ctx != 0 ? o.ctx
-                                       : o.conversations * (32 + o.frames + 1) + arrivals * (o.arrival_tokens + 32);
-  const unsigned slots = std::min(256u, o.conversations + arrivals + 1);
+                                       : o.conversations * (32 + o.frames + 1) + arrivals * (o.arrival_tokens + 32) +
+                                             pictures_n * 64;
+  const unsigned slots = std::min(256u, o.conversations + arrivals + pictures_n + 1);
   const auto ctx = static_cast<unsigned>(std::min<std::uint64_t>(want_ctx, std::uint64_t(model.n_ctx_train()) * slots));
   weft::Executor ex(model, {.n_ctx = std::max(ctx, o.batch),
                             .n_batch = o.batch,
