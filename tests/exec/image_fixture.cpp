@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/mtmd_log.hpp"
+#include "exec/test_access.hpp"
 #include "weft/make_mmproj.hpp"
 
 using weft_test::logits_tolerance;
@@ -221,6 +222,14 @@ void run_until_logits(weft::Executor &ex, const std::vector<weft::Conversation> 
     if (r.idle) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ADD_FAILURE() << "conversations did not get their logits within 60 s";
+}
+
+void hold_encoder(weft::Executor &ex, std::atomic<bool> &release, std::atomic<bool> &entered) {
+  weft::detail::set_encode_hook(ex, [&release, &entered] {
+    entered = true;
+    const auto until = Clock::now() + std::chrono::seconds(30);  // bounded
+    while (!release && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
 }
 
 void expect_logits(const weft::Conversation &c, const std::vector<float> &ref, const std::string &what,

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <random>
@@ -78,6 +79,10 @@ weft::ExecutorParams params(std::uint32_t n_batch = 64);
 // for the encoder thread meanwhile: idle steps then); bounded.
 void run_until_logits(weft::Executor &ex, const std::vector<weft::Conversation> &convs, std::mt19937 &rng,
                       std::uint32_t max_budget);
+
+// Holds the executor's encoder thread before each encode (sets `entered`)
+// until `release` is set, for at most 30 s.
+void hold_encoder(weft::Executor &ex, std::atomic<bool> &release, std::atomic<bool> &entered);
 
 void expect_logits(const weft::Conversation &c, const std::vector<float> &ref, const std::string &what,
                    double *worst = nullptr);

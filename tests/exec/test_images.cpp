@@ -151,11 +151,7 @@ TEST(Images, StepNeverRunsTheEncoder) {
   std::mt19937 rng(7);
   weft::Executor ex(m, params());
   std::atomic<bool> release{false}, entered{false};
-  weft::detail::set_encode_hook(ex, [&] {
-    entered = true;
-    const auto until = Clock::now() + std::chrono::seconds(30);  // bounded
-    while (!release && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  });
+  hold_encoder(ex, release, entered);
   auto other = ex.create();
   other.prompt(random_tokens(rng, m, 10, true));
   auto gen = other.generate({.max_tokens = 20});

@@ -128,11 +128,7 @@ TEST(ImagesState, SavedBeforeEncodingCarriesTheSource) {
     const Scene s = scene(rng, m);
     weft::Executor ex(m, params());
     std::atomic<bool> release{false}, entered{false};
-    weft::detail::set_encode_hook(ex, [&] {
-      entered = true;
-      const auto until = Clock::now() + std::chrono::seconds(30);  // bounded
-      while (!release && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    });
+    hold_encoder(ex, release, entered);
     auto c = prompt_scene(ex, s, png);
     for (int i = 0; i < 10; ++i) ex.step();
     ASSERT_FALSE(c.images()[0].encoded);
