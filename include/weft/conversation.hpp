@@ -222,8 +222,7 @@ class WEFT_API Conversation {
   // it with Executor::load into any executor of the same model (and, when it
   // holds images, the same projector: else Errc::incompatible). Each image
   // travels as its embeddings, or as its source while still waiting for the
-  // encoder (encoded again on load); a conversation whose image failed to
-  // encode is refused with that image's error. The one call
+  // encoder or failed there (encoded again on load). The one call
   // that waits for a running step (the KV data is read at a step boundary);
   // save_async() does not. save(path) writes atomically (temp file, fsync,
   // rename): a crash mid-save leaves the previous file intact.

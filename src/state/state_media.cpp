@@ -14,15 +14,16 @@ void record_media(const ExecutorCore &x, const Conv &c, ConvRecord &r) {
     const MediaChunk &m = *s.chunk;
     MediaRecord rec{.id = m.id, .begin = s.begin, .n_tokens = m.n_tokens, .n_pos = m.n_pos, .non_causal = m.non_causal};
     const int state = m.state.load(std::memory_order_acquire);
-    if (state == MediaChunk::failed) {
-      fail(m.error->code(), fmt::format("conversation {} cannot be saved: its image {} at position {} failed to "
-                                        "encode ({}); rewind to before it first",
-                                        c.id, m.id, s.begin, m.error->what()));
-    }
     if (state == MediaChunk::ready) {
       rec.embd = m.embd;
     } else {
-      // Still queued for the encoder: its source travels, to be encoded on load.
+      if (!m.source) {
+        fail(Errc::backend, fmt::format("conversation {} cannot be saved: image {} at position {} has neither "
+                                        "embeddings nor its source",
+                                        c.id, m.id, s.begin));
+      }
+      // Not encoded (still queued, or failed): its source travels, to be
+      // encoded again on load, so one image's failure never blocks a save.
       rec.form = m.width > 0 ? MediaRecord::rgb : MediaRecord::file;
       if (m.source) rec.source = *m.source;
       rec.width = m.width;

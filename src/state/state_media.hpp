@@ -11,8 +11,8 @@
 
 namespace weft::detail {
 
-// c's images into r (under mu). Throws the image's own error for one the
-// encoder failed on (its input is held back: nothing a load could decode).
+// c's images into r (under mu): embeddings when encoded, else (queued or
+// failed) the source, which the loader encodes again.
 void record_media(const ExecutorCore &x, const Conv &c, ConvRecord &r);
 
 // Images of one load (a state, or all of a snapshot's): saved id -> this
