@@ -188,6 +188,11 @@ std::string_view text_arg(const char *text, std::size_t len, const char *name);
 // A NUL-terminated UTF-8 string in (NULL allowed when `optional`).
 std::string_view cstr_arg(const char *text, const char *name, bool optional = false);
 void check_flags(std::uint32_t flags, std::uint32_t allowed, const char *name);
+// Bytes in: refuses NULL with len > 0 (WEFT_ERR_NULL_ARG naming the argument).
+inline std::span<const std::uint8_t> bytes_arg(const std::uint8_t *data, std::size_t len, const char *name = "data") {
+  if (len > 0) need(data, name);
+  return {data, len};
+}
 
 // Output copying: *out_n is always set; too small a buffer fails with
 // WEFT_ERR_BUFFER_TOO_SMALL. Text gets a NUL (capacity needs len + 1).

@@ -24,11 +24,6 @@ weft_projector_params projector_defaults() {
 const std::initializer_list<std::size_t> kProjectorParamsSizes = {sizeof(weft_projector_params)};
 const std::initializer_list<std::size_t> kImageSpanSizes = {sizeof(weft_image_span)};
 
-std::span<const std::uint8_t> bytes_arg(const std::uint8_t *p, std::size_t len, const char *name) {
-  if (p == nullptr && len > 0) fail(WEFT_ERR_NULL_ARG, fmt::format("argument `{}` is NULL with len = {}", name, len));
-  return {p, len};
-}
-
 }  // namespace
 }  // namespace weft::capi
 

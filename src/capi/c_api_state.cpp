@@ -17,11 +17,6 @@ using Bytes = std::vector<std::uint8_t>;
 // A loaded snapshot: saved id -> conversation, in id order.
 using ConversationList = std::vector<std::pair<std::uint64_t, Conversation>>;
 
-std::span<const std::uint8_t> bytes_arg(const std::uint8_t *data, std::size_t size) {
-  if (size > 0) need(data, "data");
-  return {data, size};
-}
-
 std::string path_arg(const char *path) {
   need(path, "path");
   return path;  // bytes as the OS takes them: no UTF-8 check

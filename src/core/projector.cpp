@@ -77,22 +77,16 @@ const Projector::Impl &live(const std::shared_ptr<Projector::Impl> &p) {
 }  // namespace
 
 PreparedImage Projector::prepare(std::span<const std::uint8_t> file) const {
-  live(impl_);
-  auto img = std::make_shared<PreparedImage::Impl>();
-  img->projector = impl_;
-  img->input = detail::tokenize_image_file(*impl_, file, 0);
   PreparedImage out;
-  out.impl_ = std::move(img);
+  out.impl_ = std::make_shared<const PreparedImage::Impl>(
+      PreparedImage::Impl{impl_, detail::tokenize_image_file(live(impl_), file, 0)});
   return out;
 }
 
 PreparedImage Projector::prepare(std::uint32_t width, std::uint32_t height, std::span<const std::uint8_t> rgb) const {
-  live(impl_);
-  auto img = std::make_shared<PreparedImage::Impl>();
-  img->projector = impl_;
-  img->input = detail::tokenize_image_rgb(*impl_, width, height, rgb, 0);
   PreparedImage out;
-  out.impl_ = std::move(img);
+  out.impl_ = std::make_shared<const PreparedImage::Impl>(
+      PreparedImage::Impl{impl_, detail::tokenize_image_rgb(live(impl_), width, height, rgb, 0)});
   return out;
 }
 
