@@ -107,6 +107,7 @@ namespace Weft
         public ulong id;
         public uint begin, n_tokens, n_pos;
         public int encoded;
+        public int audio;
     }
 
     [StructLayout(LayoutKind.Sequential)]

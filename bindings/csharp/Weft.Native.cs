@@ -119,6 +119,9 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_projector_free(IntPtr projector);
         [DllImport(Lib)] public static extern Status weft_projector_mrope(ProjectorHandle projector, out int v);
         [DllImport(Lib)] public static extern Status weft_projector_non_causal(ProjectorHandle projector, out int v);
+        [DllImport(Lib)] public static extern Status weft_projector_vision(ProjectorHandle projector, out int v);
+        [DllImport(Lib)] public static extern Status weft_projector_audio(ProjectorHandle projector, out int v, out int sampleRate);
+        [DllImport(Lib)] public static extern Status weft_conversation_prompt_audio(ConversationHandle c, float[] samples, UIntPtr n);
         [DllImport(Lib)] public static extern Status weft_conversation_prompt_image(ConversationHandle c, byte[] file, UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_conversation_prompt_image_rgb(ConversationHandle c, uint width, uint height, byte[] rgb, UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_conversation_n_images(ConversationHandle c, out UIntPtr n);

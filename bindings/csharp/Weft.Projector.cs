@@ -48,11 +48,27 @@ namespace Weft
             return new Projector(h);
         }
 
-        // Images decode with M-RoPE positions (Qwen2-VL style; executors
-        // refuse them for now with Status.Incompatible).
+        // Images decode with M-RoPE positions (Qwen2-VL style: a grid's
+        // cells share one position and advance by max(width, height)).
         public bool MRope
         {
             get { int v; Native.Check(Native.weft_projector_mrope(Handle, out v)); return v != 0; }
+        }
+
+        // It takes images (PromptImage).
+        public bool Vision
+        {
+            get { int v; Native.Check(Native.weft_projector_vision(Handle, out v)); return v != 0; }
+        }
+
+        // It takes audio (PromptAudio), at this sample rate (Hz; 0 without).
+        public bool Audio
+        {
+            get { int v, rate; Native.Check(Native.weft_projector_audio(Handle, out v, out rate)); return v != 0; }
+        }
+        public int AudioSampleRate
+        {
+            get { int v, rate; Native.Check(Native.weft_projector_audio(Handle, out v, out rate)); return rate; }
         }
 
         // Attention inside an image is not causal (Gemma 3 style).
@@ -114,6 +130,7 @@ namespace Weft
         public int TokenCount;  // positions (and KV cells) it takes
         public int PosCount;    // positions RoPE advances by (TokenCount unless M-RoPE)
         public bool Encoded;    // its embeddings are ready
+        public bool Audio;      // a clip of audio (PromptAudio), not an image
     }
 
     public sealed partial class Conversation
@@ -126,7 +143,7 @@ namespace Weft
         // waits for a step. Status.InvalidArgument (no projector, not a PNG
         // or JPEG, a generation running), OutOfRange (over 8192 per side or
         // 2^25 pixels, or n_ctx), Corrupt (bytes that do not decode),
-        // Incompatible (an M-RoPE projector). An encoder failure later is
+        // Incompatible (an M-RoPE grid other than Qwen2-VL's). An encoder failure later is
         // this conversation's Error.
         public void PromptImage(byte[] file)
         {
@@ -153,7 +170,18 @@ namespace Weft
             Native.Check(Native.weft_conversation_prompt_prepared_image(Handle, image.Handle));
         }
 
-        // Its images, queued and decoded, by position.
+        // Queues a clip of audio: mono samples in [-1, 1] at the projector's
+        // AudioSampleRate, encoded and decoded as an image is (one span of
+        // Images, Audio set). Status.Incompatible (the projector takes no
+        // audio), InvalidArgument (no samples, one not finite), OutOfRange
+        // (over 2^24 samples, or n_ctx). Never waits for a step.
+        public void PromptAudio(float[] samples)
+        {
+            if (samples == null) throw new ArgumentNullException("samples");
+            Native.Check(Native.weft_conversation_prompt_audio(Handle, samples, Native.Size(samples.Length)));
+        }
+
+        // Its images and audio clips, queued and decoded, by position.
         public ImageSpan[] Images
         {
             get
@@ -168,7 +196,8 @@ namespace Weft
                     // An image may go between the two calls (a rewind on another thread).
                     if (Native.weft_conversation_image(Handle, Native.Size(got), ref s) == Status.OutOfRange) break;
                     result[got] = new ImageSpan { Id = s.id, Begin = (int)s.begin, TokenCount = (int)s.n_tokens,
-                                                  PosCount = (int)s.n_pos, Encoded = s.encoded != 0 };
+                                                  PosCount = (int)s.n_pos, Encoded = s.encoded != 0,
+                                                  Audio = s.audio != 0 };
                 }
                 if (got < result.Length) Array.Resize(ref result, got);
                 return result;

@@ -69,6 +69,7 @@ struct ImageSpan {
   std::uint32_t n_tokens = 0;   // positions (and KV cells) it takes
   std::uint32_t n_pos = 0;      // positions the model's RoPE advances by (n_tokens unless M-RoPE)
   bool encoded = false;         // its embeddings are ready (the encoder thread has run)
+  bool audio = false;           // a clip of audio (prompt_audio), not an image
 };
 
 struct SaveOptions {
@@ -111,8 +112,12 @@ class WEFT_API Conversation {
   // wrong size, or while a generation runs; Errc::out_of_range for a side
   // over 8192 or more than 2^25 pixels, or as prompt() for n_ctx and the
   // free cells; Errc::corrupt for bytes that do not decode;
-  // Errc::incompatible for an M-RoPE projector (not scheduled yet). A
-  // failure of the encoder itself is the conversation's error().
+  // Errc::incompatible when an M-RoPE projector lays the image out in a
+  // grid other than Qwen2-VL's. A failure of the encoder itself is the
+  // conversation's error(). M-RoPE images (Qwen2-VL) take n_tokens cells
+  // but advance the positions by n_pos (ImageSpan); models with them cannot
+  // shift their cache, so remove() and shift_left() before an image decode
+  // the rest again.
   // Images travel with save()/load() and spill (docs/STATE_FORMAT.md).
   void prompt_image(std::span<const std::uint8_t> file);
   void prompt_image(std::uint32_t width, std::uint32_t height, std::span<const std::uint8_t> rgb);
@@ -121,7 +126,17 @@ class WEFT_API Conversation {
   // Errc::invalid_argument for an empty handle or one prepared with another
   // projector than the executor's, and as prompt_image above for the rest.
   void prompt_image(const PreparedImage &image);
-  // Its images, by position (queued and decoded ones).
+  // Queues a clip of audio: mono f32 samples in [-1, 1] at the projector's
+  // audio_sample_rate(), preprocessed (the mel spectrogram) on the calling
+  // thread, about a millisecond a second of audio; the rest as
+  // prompt_image: encoded on the executor's encoder thread, decoded whole in
+  // a step, kept by save()/load() and spill. The clip is one media span
+  // (ImageSpan::audio). Throws Errc::incompatible when the projector takes
+  // no audio, Errc::invalid_argument for no samples or one that is not
+  // finite, Errc::out_of_range past 2^24 samples, and as prompt_image for
+  // the rest.
+  void prompt_audio(std::span<const float> samples);
+  // Its images and audio clips, by position (queued and decoded ones).
   std::vector<ImageSpan> images() const;
 
   // Starts generating: each step decodes the last sampled token and samples

@@ -1,10 +1,11 @@
-// weft/projector.hpp — a vision projector (mmproj) for images in conversations.
+// weft/projector.hpp — a projector (mmproj) for images and audio in conversations.
 //
-// A llama.cpp vision model is a text model plus a projector file that turns
-// an image into embeddings of the text model's width (llama.cpp's mtmd
-// library, built into weft; docs/MODELS.md, "Projector files"). Load one for
-// a Model and hand it to an executor (ExecutorParams::projector); then
-// Conversation::prompt_image() queues images like text.
+// A llama.cpp vision (or audio) model is a text model plus a projector file
+// that turns an image (or a clip of audio) into embeddings of the text
+// model's width (llama.cpp's mtmd library, built into weft; docs/MODELS.md,
+// "Projector files"). Load one for a Model and hand it to an executor
+// (ExecutorParams::projector); then Conversation::prompt_image() and
+// prompt_audio() queue media like text.
 //
 // Ownership: Projector is a cheap, copyable handle to an immutable,
 // reference-counted projector; it keeps its Model alive, and is freed when
@@ -46,15 +47,22 @@ class WEFT_API Projector {
   // for). Throws Errc::invalid_argument for an empty path or n_threads < 1,
   // or when weft was built without mtmd (WEFT_MTMD=OFF); Errc::not_found for
   // a missing file; Errc::incompatible when mtmd refuses it (not a
-  // projector, another text model's width, no vision encoder).
+  // projector, another text model's width, neither a vision nor an audio
+  // encoder).
   static Projector load(const Model &model, const ProjectorParams &params);
 
   explicit operator bool() const noexcept { return impl_ != nullptr; }
-  // Whether images decode with M-RoPE positions (Qwen2-VL style) — the
-  // executor refuses those images for now (Errc::incompatible) — and with
+  // Whether images decode with M-RoPE positions (Qwen2-VL style: a grid's
+  // cells share one position and advance by max(width, height)), and with
   // non-causal attention inside the image (Gemma 3 style).
   bool mrope() const;
   bool non_causal() const;
+  // Whether it takes images (Conversation::prompt_image) and audio
+  // (prompt_audio), and the sample rate its audio is in (Hz; 16000 for
+  // Whisper-style encoders; 0 without audio).
+  bool vision() const;
+  bool audio() const;
+  int audio_sample_rate() const;
   // The model it was loaded for.
   const Model &model() const;
 

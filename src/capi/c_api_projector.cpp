@@ -1,6 +1,7 @@
 // The C ABI, part 6: projectors and images in conversations (weft/c/projector.h).
 #include <fmt/format.h>
 
+#include <cstddef>
 #include <span>
 
 #include "capi/c_api_internal.hpp"
@@ -22,7 +23,8 @@ weft_projector_params projector_defaults() {
 }
 
 const std::initializer_list<std::size_t> kProjectorParamsSizes = {sizeof(weft_projector_params)};
-const std::initializer_list<std::size_t> kImageSpanSizes = {sizeof(weft_image_span)};
+// Before `audio` was appended, and now.
+const std::initializer_list<std::size_t> kImageSpanSizes = {offsetof(weft_image_span, audio), sizeof(weft_image_span)};
 
 }  // namespace
 }  // namespace weft::capi
@@ -69,6 +71,30 @@ weft_status weft_projector_non_causal(const weft_projector *projector, weft_bool
   return guarded(__func__, [&] {
     need(out, "out");
     *out = projector_of(projector)->non_causal() ? 1 : 0;
+  });
+}
+
+weft_status weft_projector_vision(const weft_projector *projector, weft_bool *out) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    *out = projector_of(projector)->vision() ? 1 : 0;
+  });
+}
+
+weft_status weft_projector_audio(const weft_projector *projector, weft_bool *out, int32_t *sample_rate) {
+  return guarded(__func__, [&] {
+    need(out, "out");
+    const auto p = projector_of(projector);
+    *out = p->audio() ? 1 : 0;
+    if (sample_rate != nullptr) *sample_rate = p->audio_sample_rate();
+  });
+}
+
+weft_status weft_conversation_prompt_audio(weft_conversation *conversation, const float *samples, size_t n) {
+  return guarded(__func__, [&] {
+    auto c = conv_of(conversation);
+    if (n > 0) need(samples, "samples");
+    c->prompt_audio(std::span<const float>(samples, n));
   });
 }
 
@@ -147,6 +173,7 @@ weft_status weft_conversation_image(const weft_conversation *conversation, size_
     v.n_tokens = s.n_tokens;
     v.n_pos = s.n_pos;
     v.encoded = s.encoded ? 1 : 0;
+    v.audio = s.audio ? 1 : 0;
     write_struct(out, "weft_image_span", v, kImageSpanSizes);
   });
 }

@@ -4,6 +4,7 @@
 #include <llama.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -56,9 +57,12 @@ Projector Projector::load(const Model &model, const ProjectorParams &params) {
                                                  model.impl()->path, detail::take_llama_error()));
   }
   auto *ctx = static_cast<mtmd_context *>(impl->ctx);
-  if (!mtmd_support_vision(ctx)) {
-    detail::fail(Errc::incompatible, fmt::format("projector '{}' has no vision encoder", params.path));
+  impl->vision = mtmd_support_vision(ctx);
+  impl->audio = mtmd_support_audio(ctx);
+  if (!impl->vision && !impl->audio) {
+    detail::fail(Errc::incompatible, fmt::format("projector '{}' has neither a vision nor an audio encoder", params.path));
   }
+  impl->sample_rate = impl->audio ? mtmd_get_audio_sample_rate(ctx) : 0;
   impl->n_embd = llama_model_n_embd_inp(model.impl()->model);
   impl->fingerprint = detail::file_fingerprint(params.path);
   impl->mrope = mtmd_decode_use_mrope(ctx);
@@ -93,6 +97,9 @@ PreparedImage Projector::prepare(std::uint32_t width, std::uint32_t height, std:
 std::uint32_t PreparedImage::n_tokens() const noexcept { return impl_ ? impl_->input.media->n_tokens : 0; }
 
 bool Projector::mrope() const { return live(impl_).mrope; }
+bool Projector::vision() const { return live(impl_).vision; }
+bool Projector::audio() const { return live(impl_).audio; }
+int Projector::audio_sample_rate() const { return live(impl_).sample_rate; }
 bool Projector::non_causal() const { return live(impl_).non_causal; }
 const Model &Projector::model() const { return live(impl_).model; }
 
@@ -100,6 +107,10 @@ const Model &Projector::model() const { return live(impl_).model; }
 
 namespace weft::detail {
 namespace {
+
+void check_vision(const Projector::Impl &p) {
+  if (!p.vision) fail(Errc::incompatible, "prompt_image: the projector has no vision encoder (audio only)");
+}
 
 void check_size(std::uint64_t w, std::uint64_t h, const char *what) {
   if (w == 0 || h == 0) fail(Errc::invalid_argument, fmt::format("{}: image of {} x {} pixels is empty", what, w, h));
@@ -156,6 +167,28 @@ struct BitmapFree {
 };
 using BitmapPtr = std::unique_ptr<mtmd_bitmap, BitmapFree>;
 
+// The width of an M-RoPE image's grid, after checking that mtmd places every
+// cell where the executor will (media_pos: t = p0, y = p0 + i / nx,
+// x = p0 + i % nx, z = 0; n_pos = max(nx, ny)): a layout of another kind is
+// refused rather than decoded at the wrong positions.
+std::uint32_t mrope_grid(const mtmd_image_tokens *t, const MediaChunk &m) {
+  if (t == nullptr) fail(Errc::incompatible, "prompt_image: the M-RoPE image chunk has no image tokens");
+  constexpr std::uint32_t p0 = 7;  // any start: the layout must follow it
+  const mtmd_decoder_pos last = mtmd_image_tokens_get_decoder_pos(t, p0, m.n_tokens - 1);
+  const std::uint32_t nx = last.x - p0 + 1, ny = last.y - p0 + 1;
+  bool ok = last.x >= p0 && last.y >= p0 && std::uint64_t(nx) * ny == m.n_tokens && m.n_pos == std::max(nx, ny);
+  for (std::uint32_t i = 0; ok && i < m.n_tokens; ++i) {
+    const mtmd_decoder_pos q = mtmd_image_tokens_get_decoder_pos(t, p0, i);
+    ok = q.t == p0 && q.x == p0 + i % nx && q.y == p0 + i / nx && q.z == 0;
+  }
+  if (!ok) {
+    fail(Errc::incompatible, fmt::format("prompt_image: the projector lays out an image of {} tokens and {} positions "
+                                         "in an M-RoPE grid weft does not know (qwen2-vl style only)",
+                                         m.n_tokens, m.n_pos));
+  }
+  return nx;
+}
+
 ImageInput tokenize(const Projector::Impl &p, BitmapPtr bitmap, std::uint64_t id) {
   auto *ctx = static_cast<mtmd_context *>(p.ctx);
   std::unique_ptr<mtmd_input_chunks, void (*)(mtmd_input_chunks *)> chunks(mtmd_input_chunks_init(),
@@ -179,20 +212,40 @@ ImageInput tokenize(const Projector::Impl &p, BitmapPtr bitmap, std::uint64_t id
       to.insert(to.end(), t, t + n);
       continue;
     }
-    if (out.media || mtmd_input_chunk_get_type(c) != MTMD_INPUT_CHUNK_TYPE_IMAGE) {
-      fail(Errc::incompatible, "prompt_image: the projector made more than one media chunk of one image");
+    const auto type = mtmd_input_chunk_get_type(c);
+    const bool audio = mtmd_bitmap_is_audio(bitmap.get());
+    if (audio && out.media && type == MTMD_INPUT_CHUNK_TYPE_AUDIO) {
+      // mtmd cuts a clip into windows (Whisper: 30 s); each would be a span
+      // of its own, encoded alone, so the caller cuts it instead.
+      fail(Errc::out_of_range,
+           fmt::format("prompt_audio: {} samples ({:.1f} s at {} Hz) make more than one of the projector's audio "
+                       "windows; queue at most one window (30 s for Whisper-style encoders) a call",
+                       mtmd_bitmap_get_n_bytes(bitmap.get()) / sizeof(float),
+                       double(mtmd_bitmap_get_n_bytes(bitmap.get()) / sizeof(float)) / std::max(1, p.sample_rate),
+                       p.sample_rate));
+    }
+    if (out.media || type != (audio ? MTMD_INPUT_CHUNK_TYPE_AUDIO : MTMD_INPUT_CHUNK_TYPE_IMAGE)) {
+      fail(Errc::incompatible, fmt::format("{}: the projector made more than one media chunk of one {}",
+                                           audio ? "prompt_audio" : "prompt_image", audio ? "clip" : "image"));
     }
     auto m = std::make_shared<MediaChunk>();
     m->id = id;
     m->n_tokens = static_cast<std::uint32_t>(mtmd_input_chunk_get_n_tokens(c));
     m->n_pos = static_cast<std::uint32_t>(mtmd_input_chunk_get_n_pos(c));
     m->non_causal = mtmd_decode_use_non_causal(ctx, c);
+    m->audio = type == MTMD_INPUT_CHUNK_TYPE_AUDIO;
+    if (p.mrope && !m->audio) m->nx = mrope_grid(mtmd_input_chunk_get_tokens_image(c), *m);
+    if (m->audio && m->n_pos != m->n_tokens) {
+      fail(Errc::incompatible, fmt::format("prompt_audio: a clip of {} tokens advances {} positions; weft decodes "
+                                           "clips at one position a token",
+                                           m->n_tokens, m->n_pos));
+    }
     m->chunk = std::shared_ptr<void>(mtmd_input_chunk_copy(c), [](void *x) {
       mtmd_input_chunk_free(static_cast<mtmd_input_chunk *>(x));
     });
     out.media = std::move(m);
   }
-  if (!out.media || out.media->n_tokens == 0) fail(Errc::incompatible, "prompt_image: the projector made no image chunk");
+  if (!out.media || out.media->n_tokens == 0) fail(Errc::incompatible, "the projector made no media chunk");
   return out;
 }
 #endif
@@ -200,6 +253,7 @@ ImageInput tokenize(const Projector::Impl &p, BitmapPtr bitmap, std::uint64_t id
 }  // namespace
 
 ImageInput tokenize_image_file(const Projector::Impl &p, std::span<const std::uint8_t> bytes, std::uint64_t id) {
+  check_vision(p);
   if (bytes.empty()) fail(Errc::invalid_argument, "prompt_image: no image bytes");
   check_header(bytes);
 #ifdef WEFT_HAVE_MTMD
@@ -223,6 +277,7 @@ ImageInput tokenize_image_file(const Projector::Impl &p, std::span<const std::ui
 
 ImageInput tokenize_image_rgb(const Projector::Impl &p, std::uint32_t width, std::uint32_t height,
                               std::span<const std::uint8_t> rgb, std::uint64_t id) {
+  check_vision(p);
   check_size(width, height, "prompt_image");
   if (rgb.size() != std::uint64_t(width) * height * 3) {
     fail(Errc::invalid_argument, fmt::format("prompt_image: {} x {} RGB needs {} bytes, got {}", width, height,
@@ -243,6 +298,31 @@ ImageInput tokenize_image_rgb(const Projector::Impl &p, std::uint32_t width, std
 #endif
 }
 
+ImageInput tokenize_audio(const Projector::Impl &p, std::span<const float> samples, std::uint64_t id) {
+  if (!p.audio) fail(Errc::incompatible, "prompt_audio: the projector has no audio encoder (vision only)");
+  if (samples.empty()) fail(Errc::invalid_argument, "prompt_audio: no samples");
+  if (samples.size() > kMaxAudioSamples) {
+    fail(Errc::out_of_range, fmt::format("prompt_audio: {} samples exceed the limit of {}", samples.size(),
+                                         kMaxAudioSamples));
+  }
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (!std::isfinite(samples[i])) {
+      fail(Errc::invalid_argument, fmt::format("prompt_audio: sample {} is {}, not a finite number", i, samples[i]));
+    }
+  }
+#ifdef WEFT_HAVE_MTMD
+  BitmapPtr bitmap(mtmd_bitmap_init_from_audio(samples.size(), samples.data()));
+  if (!bitmap) fail(Errc::backend, "prompt_audio: mtmd could not make an audio bitmap");
+  auto out = tokenize(p, std::move(bitmap), id);
+  const auto *bytes = reinterpret_cast<const std::uint8_t *>(samples.data());
+  out.media->source = std::make_shared<const std::vector<std::uint8_t>>(bytes, bytes + samples.size_bytes());
+  return out;
+#else
+  (void)id;
+  fail(Errc::invalid_argument, "weft was built without mtmd");
+#endif
+}
+
 ImageInput clone_input(const ImageInput &in, std::uint64_t id) {
   ImageInput out;
   out.before = in.before;
@@ -252,6 +332,8 @@ ImageInput clone_input(const ImageInput &in, std::uint64_t id) {
   m->id = id;
   m->n_tokens = t.n_tokens;
   m->n_pos = t.n_pos;
+  m->nx = t.nx;
+  m->audio = t.audio;
   m->non_causal = t.non_causal;
   m->chunk = t.chunk;
   m->source = t.source;

@@ -25,6 +25,8 @@ struct Projector::Impl {
   std::int32_t n_embd = 0;  // floats per embedding (llama_model_n_embd_inp)
   std::uint64_t fingerprint = 0;  // of its file (states with images name it)
   bool mrope = false, non_causal = false;
+  bool vision = false, audio = false;  // what its encoders take
+  int sample_rate = 0;                 // of the audio it takes (Hz); 0 without
   std::mutex encode_mu;  // mtmd's encoder and its output buffer are not re-entrant
 
   explicit Impl(Model m) : model(std::move(m)) {}
@@ -45,6 +47,10 @@ struct MediaChunk {
   std::uint64_t id = 0;  // executor-unique (never reused), > 0
   std::uint32_t n_tokens = 0;  // KV cells (and history positions) it takes
   std::uint32_t n_pos = 0;     // positions it advances (n_tokens unless M-RoPE)
+  // M-RoPE: its grid's width (n_tokens / nx rows; n_pos = max of the two);
+  // 0: one position per token (audio under M-RoPE: all sections alike).
+  std::uint32_t nx = 0;
+  bool audio = false;  // a clip of audio, not an image
   bool non_causal = false;     // decoded with causal attention off
   std::shared_ptr<void> chunk;  // the mtmd_input_chunk, until encoded
   // Written by the encoder thread before `state` is released; read only
@@ -53,7 +59,8 @@ struct MediaChunk {
   std::vector<float> embd;  // n_tokens x n_embd
   std::optional<Error> error;
   // What it was made from, kept until encoded so that a save before then
-  // can carry it (file bytes, or width x height x 3 RGB when width > 0).
+  // can carry it (file bytes, or width x height x 3 RGB when width > 0, or
+  // for audio its f32 samples' bytes).
   // Cleared under the executor's state lock once ready, read under it;
   // shared with the PreparedImage it came from.
   std::shared_ptr<const std::vector<std::uint8_t>> source;
@@ -84,7 +91,16 @@ ImageInput tokenize_image_file(const Projector::Impl &p, std::span<const std::ui
 ImageInput tokenize_image_rgb(const Projector::Impl &p, std::uint32_t width, std::uint32_t height,
                               std::span<const std::uint8_t> rgb, std::uint64_t id);
 
-// Runs the vision encoder for `m` (the executor's encoder thread, never a
+// Largest clip weft takes: 2^24 samples (17 minutes at 16 kHz; 64 MiB).
+inline constexpr std::size_t kMaxAudioSamples = std::size_t(1) << 24;
+
+// Checks and tokenizes a clip of mono f32 samples at the projector's sample
+// rate. Throws Errc::incompatible (the projector takes no audio),
+// Errc::invalid_argument (no samples, one not finite), Errc::out_of_range
+// (over kMaxAudioSamples).
+ImageInput tokenize_audio(const Projector::Impl &p, std::span<const float> samples, std::uint64_t id);
+
+// Runs the encoder for `m` (the executor's encoder thread, never a
 // step) and publishes its embeddings, or the error, through m.state.
 void encode_media(Projector::Impl &p, MediaChunk &m);
 

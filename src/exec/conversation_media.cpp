@@ -18,13 +18,7 @@ detail::ExecutorCore &core_for(const std::shared_ptr<detail::ConvHandle> &h) {
 Projector::Impl &projector_for(detail::ExecutorCore &x, std::uint64_t conv) {
   if (!x.projector) {
     detail::fail(Errc::invalid_argument,
-                 fmt::format("conversation {}: prompt_image needs a projector (ExecutorParams::projector)", conv));
-  }
-  if (x.projector->mrope) {
-    detail::fail(Errc::incompatible,
-                 fmt::format("conversation {}: the projector decodes images with M-RoPE positions, which this weft "
-                             "version does not schedule yet (ordinary positions only, e.g. gemma3)",
-                             conv));
+                 fmt::format("conversation {}: prompt_image or prompt_audio needs a projector (ExecutorParams::projector)", conv));
   }
   return *x.projector;
 }
@@ -75,6 +69,13 @@ void Conversation::prompt_image(std::uint32_t width, std::uint32_t height, std::
   x.notify_work();
 }
 
+void Conversation::prompt_audio(std::span<const float> samples) {
+  auto &x = core_for(handle_);
+  auto &p = projector_for(x, handle_->id);
+  queue_image(x, handle_->id, detail::tokenize_audio(p, samples, x.next_media_id++));
+  x.notify_work();
+}
+
 void Conversation::prompt_image(const PreparedImage &image) {
   auto &x = core_for(handle_);
   auto &p = projector_for(x, handle_->id);
@@ -100,7 +101,8 @@ std::vector<ImageSpan> Conversation::images() const {
                    .begin = m.begin,
                    .n_tokens = m.chunk->n_tokens,
                    .n_pos = m.chunk->n_pos,
-                   .encoded = state == detail::MediaChunk::ready});
+                   .encoded = state == detail::MediaChunk::ready,
+                   .audio = m.chunk->audio});
   }
   return out;
 }

@@ -50,6 +50,14 @@ void check_media_cut(const Conv &c, std::uint32_t pos, const char *what) {
   }
 }
 
+std::vector<PosJump> media_jumps(std::span<const MediaSpan> media, std::uint32_t n) {
+  std::vector<PosJump> out;
+  for (const MediaSpan &m : media) {
+    if (m.begin < n && m.chunk->nx > 0) out.push_back({m.begin, m.chunk->n_tokens, m.chunk->n_pos});
+  }
+  return out;
+}
+
 void media_truncate(Conv &c, std::uint32_t n) {
   std::erase_if(c.media, [n](const MediaSpan &m) { return m.begin >= n; });
 }
@@ -117,12 +125,12 @@ void commit_media(ExecutorCore &x, MediaSegment &s, std::vector<float> *logits, 
   result.tokens_decoded += n;
   ++result.conversations;
   if (c.disposed || c.epoch != s.epoch) {
-    x.kv->commit_stale(c.kv, n);  // in the cache; reconcile takes it out again
+    x.kv->commit_stale(c.kv, n, s.chunk->n_pos);  // in the cache; reconcile takes it out again
     x.convs.mark_dirty(c);
     return;
   }
   const auto input = c.queue.view().first(n);
-  x.kv->commit(c.kv, input, adapter_key(s.adapters.get()));
+  x.kv->commit(c.kv, input, adapter_key(s.adapters.get()), s.chunk->n_pos);
   c.spans.record(c.n_decoded(), n, s.adapters);
   c.history.insert(c.history.end(), input.begin(), input.end());
   c.queue.pop_front(n);
@@ -151,6 +159,9 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
   const MediaSegment &first = all[segs.front()];
   if (x.adapters_used) x.use_adapters(first.adapters);  // throws Errc::backend: the caller fails the group
   const bool non_causal = first.chunk->non_causal;
+  // M-RoPE: four positions a row, section by section over the batch's rows
+  // (t, then y, x, z), as mtmd_helper_decode_image_chunk lays them out.
+  const std::uint32_t n_sections = x.projector->mrope ? 4 : 1;
   std::size_t outputs = 0;
   // Rows in order: each image's embeddings, one image after the other.
   std::size_t seg = 0;
@@ -159,7 +170,7 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
   while (rc == 0 && seg < segs.size()) {
     const std::uint32_t cap = x.params.n_batch;
     mb.embd.resize(std::size_t(cap) * n_embd);
-    mb.pos.resize(cap);
+    mb.pos.resize(std::size_t(cap) * n_sections);
     mb.n_seq_id.assign(cap, 1);
     mb.seq_id.resize(cap);
     mb.seq_ids.resize(cap + 1);
@@ -172,9 +183,18 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
       const std::uint32_t take = std::min(cap - rows, n - k);
       std::copy_n(s.chunk->embd.data() + std::size_t(k) * n_embd, std::size_t(take) * n_embd,
                   mb.embd.data() + std::size_t(rows) * n_embd);
+      const std::int32_t p0 = s.conv->kv.pos(s.start);
       for (std::uint32_t j = 0; j < take; ++j) {
         const std::uint32_t row = rows + j;
-        mb.pos[row] = static_cast<std::int32_t>(s.start + k + j);
+        if (n_sections == 1) {
+          mb.pos[row] = p0 + static_cast<std::int32_t>(k + j);
+        } else {
+          const MediaPos q = media_pos(*s.chunk, p0, k + j);
+          mb.pos[row] = q.t;
+          mb.pos[cap + row] = q.y;
+          mb.pos[2 * std::size_t(cap) + row] = q.x;
+          mb.pos[3 * std::size_t(cap) + row] = q.z;
+        }
         mb.seq_id[row] = s.conv->kv.seq;
         mb.seq_ids[row] = &mb.seq_id[row];
       }
@@ -189,6 +209,10 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
         k = 0;
       }
       if (take < n && k != 0) break;  // an image over n_batch: alone, piece by piece
+    }
+    // Sections laid out for `cap` rows; llama.cpp reads them `rows` apart.
+    for (std::uint32_t sec = 1; sec < n_sections && rows < cap; ++sec) {
+      std::copy_n(mb.pos.begin() + std::ptrdiff_t(sec) * cap, rows, mb.pos.begin() + std::ptrdiff_t(sec) * rows);
     }
     llama_batch b{};
     b.n_tokens = static_cast<std::int32_t>(rows);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "exec/conv.hpp"
 
@@ -18,6 +20,21 @@ std::uint32_t media_floor(const Conv &c, std::uint32_t pos);
 // Throws Errc::invalid_argument when position pos falls strictly inside an
 // image (a cut there would leave half of it).
 void check_media_cut(const Conv &c, std::uint32_t pos, const char *what);
+// Cell i of media decoded with M-RoPE, its first position p0. An image:
+// t = p0 for every cell, y = p0 + row, x = p0 + column of its grid
+// (MediaChunk::nx wide), z = 0, as mtmd_image_tokens_get_decoder_pos lays
+// out MTMD_POS_TYPE_MROPE; audio (nx 0): p0 + i in every section, as
+// mtmd's set_position_mrope_1d.
+struct MediaPos {
+  std::int32_t t = 0, y = 0, x = 0, z = 0;
+};
+inline MediaPos media_pos(const MediaChunk &m, std::int32_t p0, std::uint32_t i) {
+  const auto k = static_cast<std::int32_t>(i);
+  if (m.nx == 0) return {p0 + k, p0 + k, p0 + k, p0 + k};
+  return {p0, p0 + static_cast<std::int32_t>(i / m.nx), p0 + static_cast<std::int32_t>(i % m.nx), 0};
+}
+// The M-RoPE images among the first n positions, as the KV cache places them.
+std::vector<PosJump> media_jumps(std::span<const MediaSpan> media, std::uint32_t n);
 // Forgets images at or past position n (the conversation now ends there).
 void media_truncate(Conv &c, std::uint32_t n);
 // Forgets images within [p0, p1) and moves later ones down by p1 - p0.

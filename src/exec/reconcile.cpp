@@ -122,7 +122,7 @@ void ExecutorCore::reconcile_one(Conv &c) {
   if (intent.import) {
     try {
       kv->import_kv(c.kv, std::move(*intent.import), c.history, intent.import_exact, intent.import_from, c.id,
-                    intent.import_salt);
+                    intent.import_salt, media_jumps(c.media, static_cast<std::uint32_t>(c.history.size())));
     } catch (const Error &e) {
       // load() returned already: the tokens are kept, decoded again.
       log_warning(fmt::format("conversation {}: {}; re-decoding it from its tokens", c.id, e.what()));

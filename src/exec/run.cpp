@@ -83,12 +83,13 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
       const Conv &c = *s.conv;
       const std::uint32_t n = parts[i].n;
       const std::uint32_t pos = s.start + s.done;
+      const llama_pos at = c.kv.pos(pos);  // past an M-RoPE image, positions and indices part
       parts[i].output = n == c.n_queued();
       if (parts[i].output) parts[i].staged = outputs++;
       for (std::uint32_t k = 0; k < n; ++k) {
         const int row = b.n_tokens++;
         b.token[row] = c.queue[k];
-        b.pos[row] = static_cast<llama_pos>(pos + k);
+        b.pos[row] = at + static_cast<llama_pos>(k);
         b.n_seq_id[row] = 1;
         b.seq_id[row][0] = c.kv.seq;
         b.logits[row] = parts[i].output && k + 1 == n;

@@ -60,13 +60,14 @@ bool ExecutorCore::restore_locked(Conv &c, std::unique_lock<std::mutex> *lock) {
     const auto blob = c.kv.parked;  // kept alive while unlocked
     // A rewind meanwhile is reconciled later: these are the restored tokens.
     const std::vector<Token> tokens = c.history;
+    const std::vector<PosJump> jumps = c.kv.jumps;
     const auto n = static_cast<std::uint32_t>(tokens.size());
     const auto t0 = Clock::now();
     std::string why;
     bool ok = false;
     {
       Unlocked unlocked(lock);
-      ok = kv->load_parked(seq, *blob, n, why);
+      ok = kv->load_parked(seq, *blob, n, jumps, why);
     }
     r = kv->finish_restore(c.kv, seq, ok, tokens, why, since(t0), c.id);
   }

@@ -109,6 +109,7 @@ void KvManager::drop(KvHandle &h) {
   ledger_.release(h.cells, h.live);
   h.cells.clear();
   h.tokens.clear();
+  h.jumps.clear();
   h.exact = 0;
 }
 
@@ -119,8 +120,10 @@ void KvManager::release(KvHandle &h) {
   h.where = Residency::resident;
 }
 
-void KvManager::commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt) {
+void KvManager::commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt, std::uint32_t n_pos) {
   const std::uint32_t from = h.n();
+  const auto n = static_cast<std::uint32_t>(tokens.size());
+  if (n_pos != 0 && n_pos != n) h.jumps.push_back({from, n, n_pos});
   // Room for a whole context at once: no reallocation while it generates.
   if (h.tokens.capacity() < h.tokens.size() + tokens.size()) {
     h.tokens.reserve(std::max<std::size_t>(ledger_.capacity(), h.tokens.size() + tokens.size()));
@@ -135,7 +138,8 @@ void KvManager::commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t
   }
 }
 
-void KvManager::commit_stale(KvHandle &h, std::uint32_t n) {
+void KvManager::commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t n_pos) {
+  if (n_pos != 0 && n_pos != n) h.jumps.push_back({h.n(), n, n_pos});
   ledger_.alloc(n, h.cells, h.live);
   h.tokens.insert(h.tokens.end(), n, Token{-1});
 }
@@ -143,10 +147,11 @@ void KvManager::commit_stale(KvHandle &h, std::uint32_t n) {
 void KvManager::truncate(KvHandle &h, std::uint32_t pos) {
   if (h.seq < 0 || pos >= h.n()) return;
   keep_tail(h, pos);
-  seq_rm(h.seq, static_cast<llama_pos>(pos), -1);
+  seq_rm(h.seq, h.pos(pos), -1);
   ledger_.release(std::span(h.cells).subspan(pos), h.live);
   h.cells.resize(pos);
   h.tokens.resize(pos);
+  trim_jumps(h.jumps, pos);
   if (h.exact > pos) {
     h.exact = pos;
     reindex(h, pos);
@@ -155,13 +160,12 @@ void KvManager::truncate(KvHandle &h, std::uint32_t pos) {
 
 void KvManager::roll_back(const KvHandle &h) {
   if (h.seq < 0) return;
-  if (llama_memory_seq_pos_max(llama_get_memory(ctx_), h.seq) >= static_cast<llama_pos>(h.n())) {
-    seq_rm(h.seq, static_cast<llama_pos>(h.n()), -1);
-  }
+  if (llama_memory_seq_pos_max(llama_get_memory(ctx_), h.seq) >= h.pos(h.n())) seq_rm(h.seq, h.pos(h.n()), -1);
 }
 
 bool KvManager::erase_shift(KvHandle &h, std::uint32_t p0, std::uint32_t p1) {
-  if (h.seq < 0 || p0 >= p1 || p1 > h.n() || !can_shift_) return false;
+  // M-RoPE models cannot shift (llama.cpp's seq_add aborts on them).
+  if (h.seq < 0 || p0 >= p1 || p1 > h.n() || !can_shift_ || !h.jumps.empty()) return false;
   evict_sharing(std::span(h.cells).subspan(p1));  // the cache gives way to a shift
   // Another sequence sees these cells too (a fork, a shared prefix): a shift
   // would move them for it as well, so h takes copies of its own first.
@@ -196,7 +200,7 @@ bool KvManager::unshare_tail(KvHandle &h, std::uint32_t from) {
   const bool ok = copy_out(scratch_seq_, bytes);
   seq_rm(scratch_seq_, -1, -1);
   // Loading a sequence's data makes new cells: the scratch holds the copies.
-  if (!ok || !load_into(scratch_seq_, bytes, h.n(), from)) return false;
+  if (!ok || !load_into(scratch_seq_, bytes, h.n(), h.jumps, from)) return false;
   seq_rm(h.seq, p, -1);
   llama_memory_seq_cp(mem, scratch_seq_, h.seq, p, -1);
   seq_rm(scratch_seq_, -1, -1);
@@ -209,7 +213,8 @@ bool KvManager::unshare_tail(KvHandle &h, std::uint32_t from) {
 void KvManager::share_prefix(const KvHandle &src, KvHandle &dst, std::uint32_t n) {
   if (n == 0) return;
   truncate(dst, 0);  // whatever dst held goes: it starts with src's prefix
-  llama_memory_seq_cp(llama_get_memory(ctx_), src.seq, dst.seq, 0, static_cast<llama_pos>(n));
+  llama_memory_seq_cp(llama_get_memory(ctx_), src.seq, dst.seq, 0, src.pos(n));
+  dst.jumps = jumps_before(src.jumps, n);
   const auto shared = std::span(src.cells).first(n);
   ledger_.retain(shared, dst.live);
   dst.cells.assign(shared.begin(), shared.end());
@@ -226,6 +231,7 @@ void KvManager::set_parked(KvHandle &h, std::shared_ptr<ParkedKv> blob, std::uin
 }
 
 void KvManager::to_recompute(KvHandle &h, bool has_history) {
+  h.jumps.clear();  // decoded again, image by image
   h.parked.reset();
   h.parked_n = 0;
   h.where = has_history ? Residency::recompute : Residency::resident;
@@ -252,6 +258,7 @@ bool KvManager::park_copy(const KvHandle &src, KvHandle &dst, std::uint64_t conv
   auto blob = copy_to_store(src.seq, conv_id);
   if (!blob) return false;
   set_parked(dst, std::move(blob), src.n());
+  dst.jumps = src.jumps;
   return true;
 }
 
@@ -259,6 +266,7 @@ void KvManager::share_parked(const KvHandle &src, KvHandle &dst) {
   dst.parked = src.parked;
   dst.parked_n = src.parked_n;
   dst.where = src.where;
+  dst.jumps = src.jumps;
 }
 
 bool KvManager::park(KvHandle &h, std::uint64_t conv_id) {
@@ -273,24 +281,28 @@ bool KvManager::finish_park(KvHandle &h, std::shared_ptr<ParkedKv> blob, double 
   if (!blob && !recompute_) return false;
   const std::uint32_t n = h.n();
   const std::uint32_t exact = h.exact;
+  std::vector<PosJump> jumps = std::move(h.jumps);
   release(h);
   set_parked(h, std::move(blob), n);
   h.exact = h.parked ? exact : 0;
+  if (h.parked) h.jumps = std::move(jumps);  // the parked data's positions
   ++counters_.parks;
   return true;
 }
 
-bool KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n, std::uint32_t from) {
+bool KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n,
+                          std::span<const PosJump> jumps, std::uint32_t from) {
   auto *mem = llama_get_memory(ctx_);
-  const bool ok = !bytes.empty() && llama_state_seq_set_data_ext(ctx_, bytes.data(), bytes.size(), seq, 0) != 0 &&
-                  llama_memory_seq_pos_min(mem, seq) == static_cast<llama_pos>(from) &&
-                  llama_memory_seq_pos_max(mem, seq) >= static_cast<llama_pos>(n) - 1;
+  const bool ok = !bytes.empty() && n > from &&
+                  llama_state_seq_set_data_ext(ctx_, bytes.data(), bytes.size(), seq, 0) != 0 &&
+                  llama_memory_seq_pos_min(mem, seq) == pos_at(jumps, from) &&
+                  llama_memory_seq_pos_max(mem, seq) >= pos_at(jumps, n - 1);
   if (!ok) {
     seq_rm(seq, -1, -1);
     return false;
   }
   // The data may hold more positions (rewound while parked): keep n.
-  if (llama_memory_seq_pos_max(mem, seq) >= static_cast<llama_pos>(n)) seq_rm(seq, static_cast<llama_pos>(n), -1);
+  if (llama_memory_seq_pos_max(mem, seq) >= pos_at(jumps, n)) seq_rm(seq, pos_at(jumps, n), -1);
   return true;
 }
 
@@ -303,7 +315,7 @@ KvManager::Restore KvManager::restore(KvHandle &h, std::span<const Token> histor
   const auto t0 = Clock::now();
   std::string why;
   const auto n = static_cast<std::uint32_t>(history.size());
-  const bool ok = load_parked(seq, *h.parked, n, why);
+  const bool ok = load_parked(seq, *h.parked, n, h.jumps, why);
   return finish_restore(h, seq, ok, history, why, since(t0), conv_id);
 }
 
@@ -318,13 +330,14 @@ int KvManager::reserve_restore(const KvHandle &h) {
   return seq;
 }
 
-bool KvManager::load_parked(int seq, const ParkedKv &blob, std::uint32_t n, std::string &why) {
+bool KvManager::load_parked(int seq, const ParkedKv &blob, std::uint32_t n, std::span<const PosJump> jumps,
+                            std::string &why) {
   try {
     // RAM: straight from the blob; disk: read into a buffer first.
     std::vector<std::uint8_t> read;
     std::span<const std::uint8_t> bytes = blob.ram();
     if (blob.tier() != Tier::ram) bytes = read = blob.bytes();
-    if (load_into(seq, bytes, n)) return true;
+    if (load_into(seq, bytes, n, jumps)) return true;
     why = "llama.cpp refused the KV data";
   } catch (const Error &e) {
     why = e.what();
@@ -348,6 +361,7 @@ KvManager::Restore KvManager::finish_restore(KvHandle &h, int seq, bool ok, std:
   ledger_.alloc(n, h.cells, h.live);
   h.tokens.assign(history.begin(), history.end());
   h.exact = std::min(h.exact, n);
+  trim_jumps(h.jumps, n);
   reindex(h, 0);
   h.parked.reset();
   h.parked_n = 0;
@@ -369,7 +383,8 @@ std::vector<std::uint8_t> KvManager::export_kv(const KvHandle &h) const {
 }
 
 bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::span<const Token> history,
-                          std::uint32_t exact, std::uint32_t from, std::uint64_t conv_id, std::uint64_t salt) {
+                          std::uint32_t exact, std::uint32_t from, std::uint64_t conv_id, std::uint64_t salt,
+                          std::span<const PosJump> jumps) {
   const auto n = static_cast<std::uint32_t>(history.size());
   if (n == 0) return true;
   exact = std::min(exact, n);
@@ -378,12 +393,13 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
     make_room(n);  // cannot fail: cells_free() counted what the cache gives back
     // What another sequence holds exactly is shared, not kept twice.
     Donor d = reuse_on() ? find_donor(history.first(std::max(exact, from)), seq, salt) : Donor{};
+    d.n = jump_floor(jumps, d.n);  // an image is shared whole or not at all
     if (from > 0 && d.n < from) {
       free_seq(seq);
       to_recompute(h, true);
       return false;
     }
-    if (!load_into(seq, bytes, n, from)) {
+    if (!load_into(seq, bytes, n, jumps, from)) {
       free_seq(seq);
       fail(Errc::corrupt, fmt::format("llama.cpp refused the KV data of the conversation state ({} bytes for {} "
                                       "tokens): another context type or a damaged file",
@@ -393,8 +409,8 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
     holders_[seq] = &h;
     d.n = from > 0 ? from : std::min(d.n, exact);
     if (d.n > 0) {
-      if (from == 0) seq_rm(seq, 0, static_cast<llama_pos>(d.n));
-      llama_memory_seq_cp(llama_get_memory(ctx_), d.h->seq, seq, 0, static_cast<llama_pos>(d.n));
+      if (from == 0) seq_rm(seq, 0, pos_at(jumps, d.n));
+      llama_memory_seq_cp(llama_get_memory(ctx_), d.h->seq, seq, 0, pos_at(jumps, d.n));
       h.cells.assign(d.h->cells.begin(), d.h->cells.begin() + d.n);
       ledger_.retain(h.cells, h.live);
       counters_.reused_tokens += d.n;
@@ -402,6 +418,7 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
     }
     ledger_.alloc(n - d.n, h.cells, h.live);
     h.tokens.assign(history.begin(), history.end());
+    h.jumps.assign(jumps.begin(), jumps.end());
     h.exact = exact;
     h.salt = salt;
     reindex(h, 0);
@@ -414,6 +431,7 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
   }
   // No room now: parked in RAM (or further), restored when it runs.
   set_parked(h, store_.put(std::move(bytes), conv_id), n);
+  h.jumps.assign(jumps.begin(), jumps.end());
   h.exact = exact;
   h.salt = salt;
   return true;
@@ -422,7 +440,7 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
 std::vector<std::uint8_t> KvManager::export_tail(const KvHandle &h, std::uint32_t from) {
   std::vector<std::uint8_t> out;
   if (scratch_seq_ < 0 || h.seq < 0 || from == 0 || from >= h.n()) return out;
-  llama_memory_seq_cp(llama_get_memory(ctx_), h.seq, scratch_seq_, static_cast<llama_pos>(from), -1);
+  llama_memory_seq_cp(llama_get_memory(ctx_), h.seq, scratch_seq_, h.pos(from), -1);
   const bool ok = copy_out(scratch_seq_, out);
   seq_rm(scratch_seq_, -1, -1);
   if (!ok) out.clear();
@@ -443,7 +461,7 @@ void KvManager::verify(const KvHandle &h) const {
   auto *mem = llama_get_memory(ctx_);
   const llama_pos lo = llama_memory_seq_pos_min(mem, h.seq);
   const llama_pos hi = llama_memory_seq_pos_max(mem, h.seq);
-  const bool ok = h.cells.empty() ? hi == -1 : lo == 0 && hi == static_cast<llama_pos>(h.n()) - 1;
+  const bool ok = h.cells.empty() ? hi == -1 : lo == 0 && hi == h.pos(h.n() - 1);
   if (!ok) {
     fail(Errc::backend, fmt::format("KV ledger out of step with llama.cpp: sequence {} holds positions [{}, {}], the "
                                     "ledger {} positions",

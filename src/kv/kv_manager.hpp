@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "kv/kv_ledger.hpp"
+#include "kv/kv_positions.hpp"
 #include "kv/prefix_index.hpp"
 #include "kv/spill_store.hpp"
 #include "weft/conversation.hpp"
@@ -45,6 +46,9 @@ struct KvHandle {
   int seq = -1;                      // llama.cpp sequence slot; -1 = none
   std::vector<std::uint32_t> cells;  // ledger id per position in the cache: 0..n-1
   std::vector<Token> tokens;         // the token at each of those positions
+  // M-RoPE images among those positions (or, parked, among the parked
+  // data's): where indices and llama.cpp's positions part (kv_positions.hpp).
+  std::vector<PosJump> jumps;
   // Leading positions whose KV is what decoding tokens[0, exact) from
   // position 0 gives (a context shift ends it): what it may share. Kept
   // while parked.
@@ -60,6 +64,8 @@ struct KvHandle {
   std::uint32_t parked_n = 0;
 
   std::uint32_t n() const noexcept { return static_cast<std::uint32_t>(cells.size()); }
+  // llama.cpp's position of cell i (i == n(): of the next one).
+  std::int32_t pos(std::uint32_t i) const { return pos_at(jumps, i); }
   bool has_slot() const noexcept { return seq >= 0; }
 };
 
@@ -112,11 +118,12 @@ class KvManager {
   // resident (nothing decoded).
   void release(KvHandle &h);
   // `tokens` were decoded into h's next positions, under adapter setting
-  // `salt`: account for them.
-  void commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt = 0);
+  // `salt`: account for them. n_pos: the positions they advance, when an
+  // M-RoPE image's are fewer than its cells (0: one per token).
+  void commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt = 0, std::uint32_t n_pos = 0);
   // `n` positions were decoded for input that has changed since: accounted
   // for (until reconcile takes them out), never shared.
-  void commit_stale(KvHandle &h, std::uint32_t n);
+  void commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t n_pos = 0);
   // Removes positions [pos, end) of h from the cache (keeps the slot).
   void truncate(KvHandle &h, std::uint32_t pos);
   // After a failed or aborted llama_decode: removes whatever llama.cpp kept
@@ -152,7 +159,8 @@ class KvManager {
   // no room), load the parked data into it (no lock; `why` says why not),
   // finish (under the lock).
   int reserve_restore(const KvHandle &h);
-  bool load_parked(int seq, const ParkedKv &blob, std::uint32_t n, std::string &why);
+  // `jumps`: h's (a copy: read without the lock).
+  bool load_parked(int seq, const ParkedKv &blob, std::uint32_t n, std::span<const PosJump> jumps, std::string &why);
   // `history` holds at least n tokens: those of the restored positions.
   Restore finish_restore(KvHandle &h, int seq, bool ok, std::span<const Token> history, const std::string &why,
                          double seconds, std::uint64_t conv_id);
@@ -175,9 +183,11 @@ class KvManager {
   // With from > 0, `bytes` hold positions [from, n) only, and the first
   // `from` must be shared from a sequence that holds them exactly: without
   // one (or without room now) h becomes recompute and false is returned.
-  // `salt`: the adapter setting its exact positions were decoded under.
+  // `salt`: the adapter setting its exact positions were decoded under;
+  // `jumps`: the history's M-RoPE images.
   bool import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::span<const Token> history, std::uint32_t exact,
-                 std::uint32_t from, std::uint64_t conv_id, std::uint64_t salt = 0);
+                 std::uint32_t from, std::uint64_t conv_id, std::uint64_t salt = 0,
+                 std::span<const PosJump> jumps = {});
   // src's handle moves to dst (dst empty).
   void move(KvHandle &dst, KvHandle &&src);
 
@@ -212,7 +222,8 @@ class KvManager {
   void count_recompute() noexcept { ++counters_.recomputes; }
 
  private:
-  bool load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n, std::uint32_t from = 0);
+  bool load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n, std::span<const PosJump> jumps,
+                 std::uint32_t from = 0);
   // The one way KV data leaves the cache: seq's state into `out` (resized).
   bool copy_out(int seq, std::vector<std::uint8_t> &out) const;
   std::string failure() const { return failure_ ? failure_() : std::string(); }

@@ -50,13 +50,17 @@ std::uint32_t KvManager::reuse(KvHandle &h, std::span<const Token> want, std::ui
       limit < pos + PrefixIndex::kBlock) {
     return 0;
   }
-  const Donor d = find_donor(want.first(limit), h.seq, salt);
+  Donor d = find_donor(want.first(limit), h.seq, salt);
+  if (d.h != nullptr) d.n = jump_floor(d.h->jumps, d.n);  // an image is shared whole or not at all
   if (d.n <= pos) {
     ++counters_.prefix_misses;
     return 0;
   }
-  llama_memory_seq_cp(llama_get_memory(ctx_), d.h->seq, h.seq, static_cast<llama_pos>(pos),
-                      static_cast<llama_pos>(d.n));
+  // Same tokens, same images: the donor's positions are h's.
+  llama_memory_seq_cp(llama_get_memory(ctx_), d.h->seq, h.seq, d.h->pos(pos), d.h->pos(d.n));
+  for (const PosJump &j : d.h->jumps) {
+    if (j.begin >= pos && j.begin < d.n) h.jumps.push_back(j);
+  }
   const auto cells = std::span(d.h->cells).subspan(pos, d.n - pos);
   ledger_.retain(cells, h.live);
   h.cells.insert(h.cells.end(), cells.begin(), cells.end());
@@ -78,16 +82,18 @@ std::uint32_t KvManager::reuse(KvHandle &h, std::span<const Token> want, std::ui
 bool KvManager::retire(KvHandle &h) {
   if (!reuse_on() || !h.live || h.seq < 0 || h.exact < PrefixIndex::kBlock || covered(h, h.exact)) return false;
   if (h.n() > h.exact) {
-    seq_rm(h.seq, static_cast<llama_pos>(h.exact), -1);
+    seq_rm(h.seq, h.pos(h.exact), -1);
     ledger_.release(std::span(h.cells).subspan(h.exact), true);
     h.cells.resize(h.exact);
     h.tokens.resize(h.exact);
+    trim_jumps(h.jumps, h.exact);
   }
   ledger_.convert(h.cells, false);
   auto &e = cache_.emplace_back();
   e.kv.seq = h.seq;
   e.kv.cells = std::move(h.cells);
   e.kv.tokens = std::move(h.tokens);
+  e.kv.jumps = std::move(h.jumps);
   e.kv.exact = h.exact;
   e.kv.salt = h.salt;
   e.kv.live = false;
@@ -95,6 +101,7 @@ bool KvManager::retire(KvHandle &h) {
   h.seq = -1;
   h.cells.clear();
   h.tokens.clear();
+  h.jumps.clear();
   h.exact = 0;
   trim_cache();
   return true;
@@ -108,7 +115,8 @@ void KvManager::keep_tail(const KvHandle &h, std::uint32_t pos) {
   auto &e = cache_.emplace_back();
   e.kv.live = false;
   e.kv.seq = take_seq(&e.kv);
-  llama_memory_seq_cp(llama_get_memory(ctx_), h.seq, e.kv.seq, 0, static_cast<llama_pos>(h.exact));
+  llama_memory_seq_cp(llama_get_memory(ctx_), h.seq, e.kv.seq, 0, h.pos(h.exact));
+  e.kv.jumps = jumps_before(h.jumps, h.exact);
   e.kv.cells.assign(h.cells.begin(), h.cells.begin() + h.exact);
   ledger_.retain(e.kv.cells, false);
   e.kv.tokens.assign(h.tokens.begin(), h.tokens.begin() + h.exact);

@@ -1,5 +1,6 @@
 // weft::make_mmproj: seeded random vision projectors (mmproj GGUF files) in
-// the layout llama.cpp's clip loader (tools/mtmd/clip.cpp) reads.
+// the layout llama.cpp's clip loader (tools/mtmd/clip.cpp) reads; the audio
+// kind's tensors are in make_mmproj_audio.cpp.
 //
 // Keys and tensor names are clip-impl.h's (KEY_*, TN_*); shapes are ggml's
 // (ne0 first). Everything is f32: the files are a few hundred KB, and f32
@@ -16,18 +17,49 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "modelgen/gguf_keys.hpp"
+#include "modelgen/make_mmproj_internal.hpp"
 #include "modelgen/model_writer.hpp"
 #include "modelgen/splitmix.hpp"
 #include "weft/make_mmproj.hpp"
 
 namespace weft {
+
+namespace detail::mmproj {
+
+void push_blocks(std::vector<TensorSpec> &t, const MakeMmprojParams &p, const std::string &prefix, bool k_bias) {
+  const int64_t e = p.n_embd, ff = p.n_ff;
+  const float proj = 0.02f / std::sqrt(2.0f * static_cast<float>(p.n_layer));
+  for (int l = 0; l < p.n_layer; ++l) {
+    const std::string b = fmt::format("{}.blk.{}.", prefix, l);
+    t.push_back({b + "ln1.weight", {e}, 0, true, 1});
+    t.push_back({b + "ln1.bias", {e}, 0, true, 0});
+    for (const char *m : {"attn_q", "attn_k", "attn_v"}) {
+      t.push_back({b + m + ".weight", {e, e}, 0.02f});
+      if (k_bias || std::string_view(m) != "attn_k") t.push_back({b + m + ".bias", {e}, 0, true, 0});
+    }
+    t.push_back({b + "attn_out.weight", {e, e}, proj});
+    t.push_back({b + "attn_out.bias", {e}, 0, true, 0});
+    t.push_back({b + "ln2.weight", {e}, 0, true, 1});
+    t.push_back({b + "ln2.bias", {e}, 0, true, 0});
+    t.push_back({b + "ffn_up.weight", {e, ff}, 0.02f});
+    t.push_back({b + "ffn_up.bias", {ff}, 0, true, 0});
+    t.push_back({b + "ffn_down.weight", {ff, e}, proj});
+    t.push_back({b + "ffn_down.bias", {e}, 0, true, 0});
+  }
+}
+
+}  // namespace detail::mmproj
+
 namespace {
 
+using detail::mmproj::TensorSpec;
+using detail::mmproj::TextModel;
 using detail::GgmlPtr;
 using detail::GgufPtr;
 using detail::gguf_copy_key;
@@ -36,13 +68,6 @@ using detail::gguf_str;
 
 struct FileClose {
   void operator()(std::FILE *f) const { std::fclose(f); }
-};
-
-// What the projector needs from the text model.
-struct TextModel {
-  std::string arch;
-  int64_t n_embd = 0;
-  double embd_rms = 0.02;  // RMS of token_embd (the scale image embeddings match)
 };
 
 // RMS of the first rows of token_embd (up to 256; a sample is plenty for a
@@ -98,24 +123,29 @@ void check_range(const char *what, int value, int lo, int hi) {
 void check_params(const MakeMmprojParams &p) {
   if (p.base.empty()) detail::fail(Errc::invalid_argument, "MakeMmprojParams.base is empty");
   if (p.out.empty()) detail::fail(Errc::invalid_argument, "MakeMmprojParams.out is empty");
-  if (p.kind != MmprojKind::gemma3 && p.kind != MmprojKind::qwen2vl) {
+  if (p.kind != MmprojKind::gemma3 && p.kind != MmprojKind::qwen2vl && p.kind != MmprojKind::qwen2a) {
     detail::fail(Errc::invalid_argument, fmt::format("unknown projector kind {}", static_cast<int>(p.kind)));
   }
-  check_range("image_size", p.image_size, 16, 1024);
-  check_range("patch_size", p.patch_size, 2, 64);
-  check_range("merge", p.merge, 1, 8);
   check_range("n_layer", p.n_layer, 1, 8);
   check_range("n_embd", p.n_embd, 8, 1024);
   check_range("n_head", p.n_head, 1, 64);
   check_range("n_ff", p.n_ff, 8, 4096);
+  if (p.n_embd % p.n_head != 0) {
+    detail::fail(Errc::invalid_argument,
+                 fmt::format("MakeMmprojParams.n_embd = {} is not a multiple of n_head = {}", p.n_embd, p.n_head));
+  }
+  if (p.kind == MmprojKind::qwen2a) {
+    // The image fields do not apply; clip refuses more than 256 mel bins.
+    check_range("n_mel_bins", p.n_mel_bins, 8, 256);
+    return;
+  }
+  check_range("image_size", p.image_size, 16, 1024);
+  check_range("patch_size", p.patch_size, 2, 64);
+  check_range("merge", p.merge, 1, 8);
   if (p.image_size % (p.patch_size * p.merge) != 0) {
     detail::fail(Errc::invalid_argument,
                  fmt::format("MakeMmprojParams.image_size = {} is not a multiple of patch_size * merge = {} * {}",
                              p.image_size, p.patch_size, p.merge));
-  }
-  if (p.n_embd % p.n_head != 0) {
-    detail::fail(Errc::invalid_argument,
-                 fmt::format("MakeMmprojParams.n_embd = {} is not a multiple of n_head = {}", p.n_embd, p.n_head));
   }
   if (p.kind == MmprojKind::qwen2vl && p.merge != 2) {
     detail::fail(Errc::invalid_argument,
@@ -133,39 +163,6 @@ void check_params(const MakeMmprojParams &p) {
   }
 }
 
-// One tensor of the file: name, ggml shape, and how to fill it.
-struct TensorSpec {
-  std::string name;
-  std::vector<int64_t> ne;
-  float std;         // normal(0, std); ignored when constant is set
-  bool constant = false;
-  float value = 0;   // the constant (norm weights 1, biases 0)
-};
-
-// The pre-norm ViT blocks both kinds share: LayerNorm with biases,
-// attention and a GELU FFN, the residual outputs scaled down with depth.
-void push_vision_blocks(std::vector<TensorSpec> &t, const MakeMmprojParams &p) {
-  const int64_t e = p.n_embd, ff = p.n_ff;
-  const float proj = 0.02f / std::sqrt(2.0f * static_cast<float>(p.n_layer));
-  for (int l = 0; l < p.n_layer; ++l) {
-    const std::string b = fmt::format("v.blk.{}.", l);
-    t.push_back({b + "ln1.weight", {e}, 0, true, 1});
-    t.push_back({b + "ln1.bias", {e}, 0, true, 0});
-    for (const char *m : {"attn_q", "attn_k", "attn_v"}) {
-      t.push_back({b + m + ".weight", {e, e}, 0.02f});
-      t.push_back({b + m + ".bias", {e}, 0, true, 0});
-    }
-    t.push_back({b + "attn_out.weight", {e, e}, proj});
-    t.push_back({b + "attn_out.bias", {e}, 0, true, 0});
-    t.push_back({b + "ln2.weight", {e}, 0, true, 1});
-    t.push_back({b + "ln2.bias", {e}, 0, true, 0});
-    t.push_back({b + "ffn_up.weight", {e, ff}, 0.02f});
-    t.push_back({b + "ffn_up.bias", {ff}, 0, true, 0});
-    t.push_back({b + "ffn_down.weight", {ff, e}, proj});
-    t.push_back({b + "ffn_down.bias", {e}, 0, true, 0});
-  }
-}
-
 std::vector<TensorSpec> gemma3_tensors(const MakeMmprojParams &p, const TextModel &text) {
   const int64_t e = p.n_embd, ps = p.patch_size;
   const int64_t side = p.image_size / p.patch_size;
@@ -175,7 +172,7 @@ std::vector<TensorSpec> gemma3_tensors(const MakeMmprojParams &p, const TextMode
   t.push_back({"v.patch_embd.weight", {ps, ps, 3, e}, 1.0f / std::sqrt(float(3 * ps * ps))});
   t.push_back({"v.patch_embd.bias", {e}, 0, true, 0});
   t.push_back({"v.position_embd.weight", {e, side * side}, 0.1f});
-  push_vision_blocks(t, p);
+  detail::mmproj::push_blocks(t, p, "v", /*k_bias=*/true);
   t.push_back({"v.post_ln.weight", {e}, 0, true, 1});
   t.push_back({"v.post_ln.bias", {e}, 0, true, 0});
   // RMS-normed pooled tokens (unit RMS) times this projection give
@@ -196,7 +193,7 @@ std::vector<TensorSpec> qwen2vl_tensors(const MakeMmprojParams &p, const TextMod
   std::vector<TensorSpec> t;
   t.push_back({"v.patch_embd.weight", {ps, ps, 3, e}, patch});
   t.push_back({"v.patch_embd.weight.1", {ps, ps, 3, e}, patch});
-  push_vision_blocks(t, p);
+  detail::mmproj::push_blocks(t, p, "v", /*k_bias=*/true);
   // The merger's LayerNorm (Qwen2-VL's ln_q) makes each patch unit RMS;
   // mm.0 at unit gain keeps that, GELU of unit normals has RMS ~0.65, and
   // mm.2 brings the result to the text model's token_embd RMS.
@@ -210,12 +207,34 @@ std::vector<TensorSpec> qwen2vl_tensors(const MakeMmprojParams &p, const TextMod
   return t;
 }
 
+// The clip.vision.* keys of both image kinds.
+void set_vision_keys(gguf_context *g, const MakeMmprojParams &p, const TextModel &text) {
+  gguf_set_val_bool(g, "clip.use_gelu", true);
+  gguf_set_val_u32(g, "clip.vision.image_size", static_cast<uint32_t>(p.image_size));
+  gguf_set_val_u32(g, "clip.vision.patch_size", static_cast<uint32_t>(p.patch_size));
+  gguf_set_val_u32(g, "clip.vision.embedding_length", static_cast<uint32_t>(p.n_embd));
+  gguf_set_val_u32(g, "clip.vision.feed_forward_length", static_cast<uint32_t>(p.n_ff));
+  gguf_set_val_u32(g, "clip.vision.block_count", static_cast<uint32_t>(p.n_layer));
+  gguf_set_val_u32(g, "clip.vision.attention.head_count", static_cast<uint32_t>(p.n_head));
+  gguf_set_val_f32(g, "clip.vision.attention.layer_norm_epsilon", 1e-6f);
+  gguf_set_val_u32(g, "clip.vision.projection_dim", static_cast<uint32_t>(text.n_embd));
+  if (p.kind == MmprojKind::gemma3) {
+    gguf_set_val_u32(g, "clip.vision.projector.scale_factor", static_cast<uint32_t>(p.merge));
+  } else {
+    gguf_set_val_u32(g, "clip.vision.spatial_merge_size", static_cast<uint32_t>(p.merge));
+  }
+  const float half[3] = {0.5f, 0.5f, 0.5f};  // pixels to [-1, 1], as SigLIP
+  gguf_set_arr_data(g, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, half, 3);
+  gguf_set_arr_data(g, "clip.vision.image_std", GGUF_TYPE_FLOAT32, half, 3);
+}
+
 }  // namespace
 
 const char *mmproj_kind_name(MmprojKind kind) noexcept {
   switch (kind) {
     case MmprojKind::gemma3: return "gemma3";
     case MmprojKind::qwen2vl: return "qwen2vl";
+    case MmprojKind::qwen2a: return "qwen2a";
   }
   return "?";
 }
@@ -223,10 +242,13 @@ const char *mmproj_kind_name(MmprojKind kind) noexcept {
 MmprojKind parse_mmproj_kind(const std::string &name) {
   if (name == "gemma3") return MmprojKind::gemma3;
   if (name == "qwen2vl") return MmprojKind::qwen2vl;
-  detail::fail(Errc::invalid_argument, fmt::format("unknown projector kind '{}' (expected gemma3 or qwen2vl)", name));
+  if (name == "qwen2a") return MmprojKind::qwen2a;
+  detail::fail(Errc::invalid_argument,
+               fmt::format("unknown projector kind '{}' (expected gemma3, qwen2vl or qwen2a)", name));
 }
 
 int mmproj_tokens_per_image(const MakeMmprojParams &p) noexcept {
+  if (p.kind == MmprojKind::qwen2a) return 0;
   const int cell = p.patch_size * p.merge;
   if (cell <= 0) return 0;
   const int side = p.image_size / cell;
@@ -246,32 +268,23 @@ void make_mmproj(const MakeMmprojParams &params) {
   gguf_set_val_str(g, "general.description", "weft: random-weight projector for tests (docs/MODELS.md)");
   gguf_set_val_u32(g, "general.file_type", 0);  // all f32
   // clip-impl.h's PROJECTOR_TYPE_NAMES.
-  gguf_set_val_str(g, "clip.projector_type", params.kind == MmprojKind::gemma3 ? "gemma3" : "qwen2vl_merger");
-  gguf_set_val_bool(g, "clip.has_vision_encoder", true);
-  gguf_set_val_bool(g, "clip.has_audio_encoder", false);
-  gguf_set_val_bool(g, "clip.use_gelu", true);
-  gguf_set_val_u32(g, "clip.vision.image_size", static_cast<uint32_t>(params.image_size));
-  gguf_set_val_u32(g, "clip.vision.patch_size", static_cast<uint32_t>(params.patch_size));
-  gguf_set_val_u32(g, "clip.vision.embedding_length", static_cast<uint32_t>(params.n_embd));
-  gguf_set_val_u32(g, "clip.vision.feed_forward_length", static_cast<uint32_t>(params.n_ff));
-  gguf_set_val_u32(g, "clip.vision.block_count", static_cast<uint32_t>(params.n_layer));
-  gguf_set_val_u32(g, "clip.vision.attention.head_count", static_cast<uint32_t>(params.n_head));
-  gguf_set_val_f32(g, "clip.vision.attention.layer_norm_epsilon", 1e-6f);
-  gguf_set_val_u32(g, "clip.vision.projection_dim", static_cast<uint32_t>(text.n_embd));
-  if (params.kind == MmprojKind::gemma3) {
-    gguf_set_val_u32(g, "clip.vision.projector.scale_factor", static_cast<uint32_t>(params.merge));
+  const bool audio = params.kind == MmprojKind::qwen2a;
+  gguf_set_val_str(g, "clip.projector_type",
+                   audio ? "qwen2a" : params.kind == MmprojKind::gemma3 ? "gemma3" : "qwen2vl_merger");
+  gguf_set_val_bool(g, "clip.has_vision_encoder", !audio);
+  gguf_set_val_bool(g, "clip.has_audio_encoder", audio);
+  if (audio) {
+    detail::mmproj::set_qwen2a_keys(g, params, text);
   } else {
-    gguf_set_val_u32(g, "clip.vision.spatial_merge_size", static_cast<uint32_t>(params.merge));
+    set_vision_keys(g, params, text);
   }
-  const float half[3] = {0.5f, 0.5f, 0.5f};  // pixels to [-1, 1], as SigLIP
-  gguf_set_arr_data(g, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, half, 3);
-  gguf_set_arr_data(g, "clip.vision.image_std", GGUF_TYPE_FLOAT32, half, 3);
   gguf_set_val_str(g, "weft.mmproj_kind", kind);
   gguf_set_val_u64(g, "weft.seed", params.seed);
   gguf_set_val_str(g, "weft.text_architecture", text.arch.c_str());
 
-  const auto specs =
-      params.kind == MmprojKind::gemma3 ? gemma3_tensors(params, text) : qwen2vl_tensors(params, text);
+  const auto specs = audio ? detail::mmproj::qwen2a_tensors(params, text)
+                     : params.kind == MmprojKind::gemma3 ? gemma3_tensors(params, text)
+                                                         : qwen2vl_tensors(params, text);
   ggml_init_params ip{ggml_tensor_overhead() * (specs.size() + 8), nullptr, /*no_alloc=*/true};
   GgmlPtr meta(ggml_init(ip));
   std::vector<ggml_tensor *> tensors;

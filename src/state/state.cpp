@@ -9,6 +9,7 @@
 #include "core/internal.hpp"
 #include "state/state_adapters.hpp"
 #include "state/state_codec.hpp"
+#include "exec/media.hpp"
 #include "state/state_media.hpp"
 
 namespace weft {
@@ -88,8 +89,9 @@ std::uint32_t shared_with_earlier(const Conv &c, std::span<const Conv *const> ea
   }
   // Not worth a reference below one index block; never the whole history
   // (a tail of at least one position carries the data).
-  if (best < PrefixIndex::kBlock) return 0;
-  return std::min(best, c.n_decoded() - 1);
+  // Nor inside an image: its cells go whole.
+  best = jump_floor(c.kv.jumps, std::min(best, c.n_decoded() - 1));
+  return best < PrefixIndex::kBlock ? 0 : best;
 }
 
 // Builds a conversation from a decoded record (under mu). Its KV data goes
@@ -107,7 +109,10 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
   const std::uint32_t exact = adapters.spans.run(0, r.kv_exact, adapters.current);
   const std::uint64_t salt = adapter_key(adapters.spans.at(0, adapters.current).get());
   KvHandle kv_now;
-  if (now) x.kv->import_kv(kv_now, std::move(r.kv), r.history, exact, r.kv_from, x.convs.next_id, salt);
+  if (now) {
+    x.kv->import_kv(kv_now, std::move(r.kv), r.history, exact, r.kv_from, x.convs.next_id, salt,
+                    media_jumps(media.spans, n));
+  }
   auto [c, handle] = x.create_locked();
   c->history = std::move(r.history);
   c->queue.assign(r.queue);

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/internal.hpp"
+#include "state/codec_io.hpp"
 
 namespace weft::detail {
 namespace {
@@ -16,123 +17,6 @@ namespace {
 constexpr char kConvMagic[8] = {'W', 'E', 'F', 'T', 'C', 'O', 'N', 'V'};
 constexpr char kSnapMagic[8] = {'W', 'E', 'F', 'T', 'S', 'N', 'A', 'P'};
 
-class Writer {
- public:
-  std::vector<std::uint8_t> out;
-  void raw(const void *p, std::size_t n) {
-    if (n == 0) return;  // p may be null (an empty vector's data())
-    auto b = static_cast<const std::uint8_t *>(p);
-    out.insert(out.end(), b, b + n);
-  }
-  template <class T> void put(T v) { raw(&v, sizeof v); }  // little-endian hosts only (static_assert below)
-  void str(const std::string &s) {
-    put<std::uint32_t>(static_cast<std::uint32_t>(s.size()));
-    raw(s.data(), s.size());
-  }
-  void tokens(const std::vector<Token> &t) {
-    put<std::uint32_t>(static_cast<std::uint32_t>(t.size()));
-    raw(t.data(), t.size() * sizeof(Token));
-  }
-  void sampler(const SamplerParams &p) {
-    put(p.temperature);
-    put<std::int32_t>(p.top_k);
-    put(p.top_p);
-    put(p.min_p);
-    put(p.repeat_penalty);
-    put(p.frequency_penalty);
-    put(p.presence_penalty);
-    put<std::int32_t>(p.penalty_last_n);
-    put(p.seed);
-    str(p.grammar);
-    str(p.grammar_root);
-  }
-  void sampler_state(const std::optional<Sampler::State> &s) {
-    put<std::uint8_t>(s ? 1 : 0);
-    if (!s) return;
-    put(s->rng);
-    tokens(s->journal);
-  }
-};
-
-class Reader {
- public:
-  Reader(std::span<const std::uint8_t> b, const char *what) : b_(b), what_(what) {}
-  void raw(void *p, std::size_t n, const char *field) {
-    if (n == 0) return;  // p may be null (an empty vector's data())
-    if (n > b_.size() - pos_) {
-      fail(Errc::corrupt, fmt::format("{} is truncated: {} needs {} bytes at offset {}, {} left", what_, field, n, pos_,
-                                      b_.size() - pos_));
-    }
-    std::memcpy(p, b_.data() + pos_, n);
-    pos_ += n;
-  }
-  template <class T> T get(const char *field) {
-    T v;
-    raw(&v, sizeof v, field);
-    return v;
-  }
-  std::uint32_t count(std::uint32_t max, const char *field) {
-    const auto n = get<std::uint32_t>(field);
-    if (n > max) fail(Errc::corrupt, fmt::format("{}: {} = {} exceeds the limit of {}", what_, field, n, max));
-    return n;
-  }
-  bool flag(const char *field) {
-    const auto v = get<std::uint8_t>(field);
-    if (v > 1) fail(Errc::corrupt, fmt::format("{}: {} = {} is not a boolean", what_, field, v));
-    return v == 1;
-  }
-  std::string str(const char *field) {
-    std::string s(count(kMaxString, field), '\0');
-    raw(s.data(), s.size(), field);
-    return s;
-  }
-  std::vector<Token> tokens(const char *field, std::int32_t n_vocab, bool allow_prompt_marks = false,
-                            bool allow_media = false) {
-    std::vector<Token> t(count(kMaxTokens, field));
-    raw(t.data(), t.size() * sizeof(Token), field);
-    for (Token x : t) {
-      const bool ok = (x >= 0 && x < n_vocab) || (allow_prompt_marks && x < 0 && -(x + 1) < n_vocab) ||
-                      (allow_media && x < 0);
-      if (!ok) fail(Errc::corrupt, fmt::format("{}: {} holds token id {} outside [0, {})", what_, field, x, n_vocab));
-    }
-    return t;
-  }
-  SamplerParams sampler() {
-    SamplerParams p;
-    p.temperature = get<float>("sampler.temperature");
-    p.top_k = get<std::int32_t>("sampler.top_k");
-    p.top_p = get<float>("sampler.top_p");
-    p.min_p = get<float>("sampler.min_p");
-    p.repeat_penalty = get<float>("sampler.repeat_penalty");
-    p.frequency_penalty = get<float>("sampler.frequency_penalty");
-    p.presence_penalty = get<float>("sampler.presence_penalty");
-    p.penalty_last_n = get<std::int32_t>("sampler.penalty_last_n");
-    p.seed = get<std::uint32_t>("sampler.seed");
-    p.grammar = str("sampler.grammar");
-    p.grammar_root = str("sampler.grammar_root");
-    try {
-      validate(p);
-    } catch (const Error &e) {
-      fail(Errc::corrupt, fmt::format("{}: {}", what_, e.what()));
-    }
-    return p;
-  }
-  std::optional<Sampler::State> sampler_state(std::int32_t n_vocab) {
-    if (!flag("sampler_state.present")) return std::nullopt;
-    Sampler::State s;
-    s.rng = get<std::uint64_t>("sampler_state.rng");
-    s.journal = tokens("sampler_state.journal", n_vocab, true);
-    return s;
-  }
-  void skip(std::size_t n) { pos_ += std::min(n, left()); }
-  std::size_t pos() const { return pos_; }
-  std::size_t left() const { return b_.size() - pos_; }
-
- private:
-  std::span<const std::uint8_t> b_;
-  const char *what_;
-  std::size_t pos_ = 0;
-};
 
 // Magic + version + body + CRC-32 of everything before it. The frame is the
 // same in every version, so the CRC is checked first: damaged version bytes
@@ -200,78 +84,6 @@ std::uint32_t crc32(std::span<const std::uint8_t> bytes) {
   return c ^ 0xFFFFFFFFu;
 }
 
-// The images of a version 4 record, each checked against the positions it
-// claims: in order, whole on one side of the decoded/queued boundary, every
-// position holding image_token(id) and no other position a negative value.
-void read_media(Reader &r, ConvRecord &c, const char *what) {
-  c.projector_fingerprint = r.get<std::uint64_t>("projector fingerprint");
-  c.media_n_embd = r.get<std::uint32_t>("media n_embd");
-  const auto n = r.count(kMaxMedia, "image count");
-  if (n > 0 && (c.media_n_embd == 0 || c.media_n_embd > kMaxMediaEmbd)) {
-    fail(Errc::corrupt, fmt::format("{}: images of {} floats per embedding (1 to {})", what, c.media_n_embd,
-                                    kMaxMediaEmbd));
-  }
-  const std::size_t n_hist = c.history.size(), total = n_hist + c.queue.size();
-  auto at = [&](std::size_t i) { return i < n_hist ? c.history[i] : c.queue[i - n_hist]; };
-  std::size_t next = 0;  // positions before it are checked
-  auto check_text = [&](std::size_t until) {
-    for (; next < until; ++next) {
-      if (at(next) < 0) fail(Errc::corrupt, fmt::format("{}: position {} holds {}, no image's", what, next, at(next)));
-    }
-  };
-  for (std::uint32_t i = 0; i < n; ++i) {
-    MediaRecord m;
-    m.id = r.get<std::uint64_t>("image id");
-    m.begin = r.get<std::uint32_t>("image begin");
-    m.n_tokens = r.get<std::uint32_t>("image n_tokens");
-    m.n_pos = r.get<std::uint32_t>("image n_pos");
-    m.non_causal = r.flag("image non_causal");
-    const auto form = r.get<std::uint8_t>("image form");
-    const std::uint64_t end = std::uint64_t(m.begin) + m.n_tokens;
-    if (m.id == 0 || m.n_tokens == 0 || m.begin < next || end > total || (m.begin < n_hist && end > n_hist) ||
-        form > MediaRecord::rgb) {
-      fail(Errc::corrupt, fmt::format("{}: image {} (id {}) at [{}, {}) form {} does not fit its {} positions ({} "
-                                      "decoded), in order and whole",
-                                      what, i, m.id, m.begin, end, form, total, n_hist));
-    }
-    check_text(m.begin);
-    for (; next < end; ++next) {
-      if (at(next) != image_token(m.id)) {
-        fail(Errc::corrupt, fmt::format("{}: position {} holds {}, not image {}'s {}", what, next, at(next), m.id,
-                                        image_token(m.id)));
-      }
-    }
-    m.form = static_cast<MediaRecord::Form>(form);
-    if (m.form == MediaRecord::embeddings) {
-      const std::uint64_t floats = std::uint64_t(m.n_tokens) * c.media_n_embd;
-      if (floats * sizeof(float) > r.left()) {
-        fail(Errc::corrupt, fmt::format("{}: image {} needs {} floats of embeddings, {} bytes left", what, m.id,
-                                        floats, r.left()));
-      }
-      m.embd.resize(static_cast<std::size_t>(floats));
-      r.raw(m.embd.data(), m.embd.size() * sizeof(float), "image embeddings");
-      for (float x : m.embd) {
-        if (!std::isfinite(x)) fail(Errc::corrupt, fmt::format("{}: image {}'s embeddings are not finite", what, m.id));
-      }
-    } else {
-      if (m.form == MediaRecord::rgb) {
-        m.width = r.get<std::uint32_t>("image width");
-        m.height = r.get<std::uint32_t>("image height");
-      }
-      const auto len = r.get<std::uint64_t>("image source size");
-      const bool rgb_ok = m.form != MediaRecord::rgb || len == std::uint64_t(m.width) * m.height * 3;
-      if (len == 0 || len > kMaxMediaSource || len > r.left() || !rgb_ok) {
-        fail(Errc::corrupt, fmt::format("{}: image {}'s source of {} bytes ({} x {}; limit {}, {} left)", what, m.id,
-                                        len, m.width, m.height, kMaxMediaSource, r.left()));
-      }
-      if (m.begin < n_hist) fail(Errc::corrupt, fmt::format("{}: decoded image {} has no embeddings", what, m.id));
-      m.source.resize(static_cast<std::size_t>(len));
-      r.raw(m.source.data(), m.source.size(), "image source");
-    }
-    c.media.push_back(std::move(m));
-  }
-  check_text(total);
-}
 
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab) {
   Writer w;
@@ -322,27 +134,7 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
     w.put(start);
     w.put(setting);
   }
-  w.put(r.projector_fingerprint);
-  w.put(r.media_n_embd);
-  w.put<std::uint32_t>(static_cast<std::uint32_t>(r.media.size()));
-  for (const MediaRecord &m : r.media) {
-    w.put(m.id);
-    w.put(m.begin);
-    w.put(m.n_tokens);
-    w.put(m.n_pos);
-    w.put<std::uint8_t>(m.non_causal ? 1 : 0);
-    w.put<std::uint8_t>(m.form);
-    if (m.form == MediaRecord::embeddings) {
-      w.raw(m.embd.data(), m.embd.size() * sizeof(float));
-    } else {
-      if (m.form == MediaRecord::rgb) {
-        w.put(m.width);
-        w.put(m.height);
-      }
-      w.put<std::uint64_t>(m.source.size());
-      w.raw(m.source.data(), m.source.size());
-    }
-  }
+  write_media(w, r);
   w.put<std::uint64_t>(r.kv.size());
   w.raw(r.kv.data(), r.kv.size());
   w.put(crc32(w.out));
@@ -452,7 +244,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
       c.adapter_spans.emplace_back(start, setting);
     }
   }
-  if (version >= 4) read_media(r, c, what);
+  if (version >= 4) read_media(r, c, what, version);
   const auto kv = r.get<std::uint64_t>("kv size");
   if (kv > kMaxKvBytes || kv != r.left()) {
     fail(Errc::corrupt, fmt::format("{}: kv size {} does not match the {} bytes left", what, kv, r.left()));

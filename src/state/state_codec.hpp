@@ -16,7 +16,7 @@
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 4;
+inline constexpr std::uint32_t kStateVersion = 5;
 inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
 // Bounds checked before anything is allocated from a length field.
 inline constexpr std::uint32_t kMaxTokens = 1u << 24;
@@ -42,13 +42,15 @@ struct AdapterRecord {
 // and what a decode needs: its embeddings once encoded, else its source
 // (the file's bytes or raw RGB), to be encoded again on load.
 struct MediaRecord {
-  enum Form : std::uint8_t { embeddings = 0, file = 1, rgb = 2 };
+  enum Form : std::uint8_t { embeddings = 0, file = 1, rgb = 2, pcm = 3 };
   std::uint64_t id = 0;  // as saved: the value its positions hold is image_token(id)
   std::uint32_t begin = 0, n_tokens = 0, n_pos = 0;
+  std::uint32_t nx = 0;  // version 5: an M-RoPE image's grid width (MediaChunk::nx); 0 before
+  bool audio = false;    // version 5: a clip of audio (source form pcm: its f32 samples)
   bool non_causal = false;
   Form form = embeddings;
   std::vector<float> embd;            // embeddings: n_tokens x n_embd
-  std::vector<std::uint8_t> source;   // file bytes, or width x height x 3 RGB
+  std::vector<std::uint8_t> source;   // file bytes, width x height x 3 RGB, or f32 samples (pcm)
   std::uint32_t width = 0, height = 0;  // rgb only
 };
 

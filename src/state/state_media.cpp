@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "core/internal.hpp"
 
 namespace weft::detail {
@@ -12,7 +14,13 @@ void record_media(const ExecutorCore &x, const Conv &c, ConvRecord &r) {
   r.media_n_embd = static_cast<std::uint32_t>(x.projector->n_embd);
   for (const MediaSpan &s : c.media) {
     const MediaChunk &m = *s.chunk;
-    MediaRecord rec{.id = m.id, .begin = s.begin, .n_tokens = m.n_tokens, .n_pos = m.n_pos, .non_causal = m.non_causal};
+    MediaRecord rec{.id = m.id,
+                    .begin = s.begin,
+                    .n_tokens = m.n_tokens,
+                    .n_pos = m.n_pos,
+                    .nx = m.nx,
+                    .audio = m.audio,
+                    .non_causal = m.non_causal};
     const int state = m.state.load(std::memory_order_acquire);
     if (state == MediaChunk::ready) {
       rec.embd = m.embd;
@@ -24,7 +32,7 @@ void record_media(const ExecutorCore &x, const Conv &c, ConvRecord &r) {
       }
       // Not encoded (still queued, or failed): its source travels, to be
       // encoded again on load, so one image's failure never blocks a save.
-      rec.form = m.width > 0 ? MediaRecord::rgb : MediaRecord::file;
+      rec.form = m.audio ? MediaRecord::pcm : m.width > 0 ? MediaRecord::rgb : MediaRecord::file;
       if (m.source) rec.source = *m.source;
       rec.width = m.width;
       rec.height = m.height;
@@ -42,15 +50,25 @@ std::shared_ptr<MediaChunk> make_chunk(ExecutorCore &x, MediaRecord &rec) {
     m->id = id;
     m->n_tokens = rec.n_tokens;
     m->n_pos = rec.n_pos;
+    m->nx = rec.nx;
+    m->audio = rec.audio;
     m->non_causal = rec.non_causal;
     m->embd = std::move(rec.embd);
     m->state.store(MediaChunk::ready, std::memory_order_release);
     return m;
   }
-  ImageInput in = rec.form == MediaRecord::rgb
-                      ? tokenize_image_rgb(*x.projector, rec.width, rec.height, rec.source, id)
-                      : tokenize_image_file(*x.projector, rec.source, id);
-  if (in.media->n_tokens != rec.n_tokens || in.media->n_pos != rec.n_pos) {
+  ImageInput in;
+  if (rec.form == MediaRecord::pcm) {
+    std::vector<float> samples(rec.source.size() / sizeof(float));
+    std::memcpy(samples.data(), rec.source.data(), samples.size() * sizeof(float));
+    in = tokenize_audio(*x.projector, samples, id);
+  } else if (rec.form == MediaRecord::rgb) {
+    in = tokenize_image_rgb(*x.projector, rec.width, rec.height, rec.source, id);
+  } else {
+    in = tokenize_image_file(*x.projector, rec.source, id);
+  }
+  if (in.media->n_tokens != rec.n_tokens || in.media->n_pos != rec.n_pos || in.media->nx != rec.nx ||
+      in.media->audio != rec.audio) {
     fail(Errc::incompatible, fmt::format("a saved image ({} positions) makes {} with this executor's projector",
                                          rec.n_tokens, in.media->n_tokens));
   }
@@ -74,17 +92,20 @@ ResolvedMedia resolve_media(ExecutorCore &x, ConvRecord &r, MediaIds &ids) {
                      "executor's is {:016x} ({})",
                      r.projector_fingerprint, r.media_n_embd, x.projector->fingerprint, x.projector->n_embd));
   }
-  if (x.projector->mrope) {
-    fail(Errc::incompatible, "the executor's projector decodes images with M-RoPE positions, which this weft "
-                             "version does not schedule yet");
-  }
   const std::size_t n_hist = r.history.size();
   for (MediaRecord &rec : r.media) {
+    if (rec.audio ? rec.nx != 0 || !x.projector->audio : (rec.nx > 0) != x.projector->mrope) {
+      fail(Errc::corrupt, fmt::format("{} {} of the state is laid out for {} positions; its projector uses {}{}",
+                                      rec.audio ? "clip" : "image", rec.id, rec.nx > 0 ? "M-RoPE" : "ordinary",
+                                      x.projector->mrope ? "M-RoPE" : "ordinary",
+                                      x.projector->audio ? "" : " and takes no audio"));
+    }
     auto [it, fresh] = ids.try_emplace(rec.id);
     if (fresh) {
       it->second = make_chunk(x, rec);
       if (it->second->state.load(std::memory_order_acquire) == MediaChunk::queued) out.to_encode.push_back(it->second);
-    } else if (it->second->n_tokens != rec.n_tokens || it->second->non_causal != rec.non_causal) {
+    } else if (it->second->n_tokens != rec.n_tokens || it->second->nx != rec.nx || it->second->audio != rec.audio ||
+               it->second->non_causal != rec.non_causal) {
       fail(Errc::corrupt, fmt::format("the snapshot's records disagree on image {} ({} vs {} positions)", rec.id,
                                       it->second->n_tokens, rec.n_tokens));
     }

@@ -8,6 +8,8 @@
    The projector is made by the `weft make-mmproj` CLI beside the model
    (the make_capi_mmproj CTest fixture): for <dir>/tiny.gguf,
    <dir>/tiny-mmproj.gguf. */
+#include <stddef.h>
+
 #include "c_api_test.h"
 
 #define IMG_W 40
@@ -162,9 +164,15 @@ void test_images(void) {
   span.struct_size = sizeof span;
   CHECK_OK(weft_conversation_image(c, 0, &span));
   CHECK(span.encoded == 1 && span.n_tokens == 16 && span.n_pos == 16 && span.begin >= N_TEXT && span.id > 0);
+  CHECK(span.audio == 0);
   CHECK_ERR(weft_conversation_image(c, 1, &span), WEFT_ERR_OUT_OF_RANGE, "1 images");
   span.struct_size = 1;
   CHECK_ERR(weft_conversation_image(c, 0, &span), WEFT_ERR_STRUCT_SIZE, "weft_image_span");
+  /* The struct as it was before `audio` was appended: that field untouched. */
+  span.struct_size = offsetof(weft_image_span, audio);
+  span.audio = 7;
+  CHECK_OK(weft_conversation_image(c, 0, &span));
+  CHECK(span.audio == 7 && span.n_tokens == 16);
   span.struct_size = sizeof span;
   CHECK_OK(weft_conversation_tokens(c, toks, 1024, &n));
   CHECK(n == span.begin + span.n_tokens + N_TEXT + (n - span.begin - span.n_tokens - N_TEXT));
@@ -229,6 +237,24 @@ void test_images(void) {
   CHECK(n == 1);
   CHECK_OK(weft_conversation_has_logits(c, &flag));
   CHECK(flag == 1);
+
+  /* A vision-only projector: no audio, typed. */
+  {
+    weft_bool vision = 0, audio = 1;
+    int32_t rate = -1;
+    static float silence[1600];
+    CHECK_OK(weft_projector_load(m, &pp, &p));
+    CHECK_OK(weft_projector_vision(p, &vision));
+    CHECK_OK(weft_projector_audio(p, &audio, &rate));
+    CHECK(vision == 1 && audio == 0 && rate == 0);
+    CHECK_OK(weft_projector_audio(p, &audio, NULL));
+    CHECK_ERR(weft_projector_audio(p, NULL, &rate), WEFT_ERR_NULL_ARG, "out");
+    CHECK_OK(weft_projector_free(p));
+    CHECK_ERR(weft_conversation_prompt_audio(c, silence, 1600), WEFT_ERR_INCOMPATIBLE, "no audio encoder");
+    CHECK_ERR(weft_conversation_prompt_audio(c, NULL, 1600), WEFT_ERR_NULL_ARG, "samples");
+    CHECK_OK(weft_conversation_n_images(c, &n));
+    CHECK(n == 1);
+  }
 
   /* No projector: refused, and saying why. */
   plain = make_executor(m, 256, 2);

@@ -5,7 +5,9 @@
 #ifdef WEFT_HAVE_MTMD
 #include <mtmd-helper.h>
 
+#include <cmath>
 #include <cstring>
+#include <numbers>
 #include <filesystem>
 #include <thread>
 
@@ -28,33 +30,56 @@ Rgb random_image(std::mt19937 &rng, std::uint32_t w, std::uint32_t h) {
 }
 
 
-const Fixture &fixture() {
-  static const Fixture f = [] {
-    static const fs::path dir = weft_test::temp_dir("images");
-    Fixture x;
-    x.path = (dir / "gemma3.gguf").string();
-    weft::make_mmproj({.base = weft_test::tiny_path(), .out = x.path, .seed = 1});
-    x.projector = weft::Projector::load(weft_test::tiny(), {.path = x.path, .n_threads = 2});
-    weft::detail::ensure_mtmd_log();
-    auto p = mtmd_context_params_default();
-    p.use_gpu = false;
-    p.n_threads = 2;
-    p.print_timings = false;
-    p.warmup = false;
-    x.mctx = mtmd_init_from_file(x.path.c_str(), weft_test::tiny().impl()->model, p);
-    EXPECT_NE(x.mctx, nullptr);
-    return x;
-  }();
-  return f;
+namespace {
+
+Fixture make_fixture(Kind kind) {
+  static const fs::path dir = weft_test::temp_dir("images");
+  std::string path;
+  if (kind == Kind::gemma3) {
+    path = (dir / "gemma3.gguf").string();
+    weft::make_mmproj({.base = weft_test::tiny_path(), .out = path, .seed = 1});
+  } else if (kind == Kind::qwen2a) {
+    path = (dir / "qwen2a.gguf").string();
+    weft::make_mmproj({.base = weft_test::tiny_path(), .out = path, .kind = weft::MmprojKind::qwen2a, .seed = 1});
+  } else {
+    path = (dir / "qwen2vl.gguf").string();
+    weft::make_qwen2vl_text_model(weft_test::tiny_path(), (dir / "tiny-qwen2vl.gguf").string());
+    weft::make_mmproj({.base = (dir / "tiny-qwen2vl.gguf").string(), .out = path, .kind = weft::MmprojKind::qwen2vl,
+                       .seed = 1});
+  }
+  weft::Model model =
+      kind != Kind::qwen2vl ? weft_test::tiny() : weft::Model::load({.path = (dir / "tiny-qwen2vl.gguf").string()});
+  Fixture x{path, model, weft::Projector::load(model, {.path = path, .n_threads = 2})};
+  if (kind == Kind::qwen2a) x.n_ctx = 4096;
+  weft::detail::ensure_mtmd_log();
+  auto p = mtmd_context_params_default();
+  p.use_gpu = false;
+  p.n_threads = 2;
+  p.print_timings = false;
+  p.warmup = false;
+  x.mctx = mtmd_init_from_file(x.path.c_str(), x.model.impl()->model, p);
+  EXPECT_NE(x.mctx, nullptr);
+  return x;
 }
 
+}  // namespace
 
+const Fixture &fixture(Kind kind) {
+  static const Fixture gemma3 = make_fixture(Kind::gemma3);
+  if (kind == Kind::gemma3) return gemma3;
+  if (kind == Kind::qwen2vl) {
+    static const Fixture qwen2vl = make_fixture(Kind::qwen2vl);
+    return qwen2vl;
+  }
+  static const Fixture qwen2a = make_fixture(Kind::qwen2a);
+  return qwen2a;
+}
 
-ImageParts tokenize(const Rgb &img) {
-  const auto &f = fixture();
+namespace {
+
+ImageParts tokenize_bitmap(mtmd_bitmap *bitmap, const Fixture &f) {
   ImageParts out;
   out.chunks = std::make_shared<Chunks>();
-  mtmd_bitmap *bitmap = mtmd_bitmap_init(img.w, img.h, img.px.data());
   const char *marker = mtmd_default_marker();
   const mtmd_input_text text{marker, std::strlen(marker), false, true};
   const mtmd_bitmap *bitmaps[] = {bitmap};
@@ -62,7 +87,7 @@ ImageParts tokenize(const Rgb &img) {
   mtmd_bitmap_free(bitmap);
   for (std::size_t i = 0; i < mtmd_input_chunks_size(out.chunks->chunks); ++i) {
     const auto *c = mtmd_input_chunks_get(out.chunks->chunks, i);
-    if (mtmd_input_chunk_get_type(c) == MTMD_INPUT_CHUNK_TYPE_IMAGE) {
+    if (mtmd_input_chunk_get_type(c) != MTMD_INPUT_CHUNK_TYPE_TEXT) {
       out.image = c;
       continue;
     }
@@ -74,6 +99,29 @@ ImageParts tokenize(const Rgb &img) {
   return out;
 }
 
+}  // namespace
+
+ImageParts tokenize(const Rgb &img, const Fixture &f) {
+  return tokenize_bitmap(mtmd_bitmap_init(img.w, img.h, img.px.data()), f);
+}
+
+ImageParts tokenize_audio(const std::vector<float> &samples, const Fixture &f) {
+  return tokenize_bitmap(mtmd_bitmap_init_from_audio(samples.size(), samples.data()), f);
+}
+
+std::vector<float> random_clip(std::mt19937 &rng, const Fixture &f, double seconds) {
+  const int rate = f.projector.audio_sample_rate();
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const float f0 = 100 + 900 * u(rng), f1 = 200 + 3000 * u(rng), noise = 0.2f * u(rng);
+  std::vector<float> out(static_cast<std::size_t>(seconds * rate));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const double t = double(i) / rate;
+    out[i] = static_cast<float>(0.4 * std::sin(2 * std::numbers::pi * f0 * t) + 0.3 * std::sin(2 * std::numbers::pi * f1 * t)) +
+             noise * (2 * u(rng) - 1);
+  }
+  return out;
+}
+
 
 // Raw llama.cpp + mtmd, one sequence alone: text in chunks of n_batch and
 // each image through mtmd_helper_eval_chunk_single (encode, then
@@ -82,10 +130,11 @@ ImageParts tokenize(const Rgb &img) {
 // unified cache, and `rng` splits the text into random chunk widths: the
 // batch-shape noise raw llama.cpp itself shows for this conversation.
 std::vector<float> reference(const std::vector<Part> &parts, int n_batch,
-                             const std::vector<std::vector<weft::Token>> &neighbours, std::mt19937 *rng) {
-  const auto &m = weft_test::tiny();
+                             const std::vector<std::vector<weft::Token>> &neighbours, std::mt19937 *rng,
+                             const Fixture &f) {
+  const auto &m = f.model;
   auto p = llama_context_default_params();
-  p.n_ctx = 1024;
+  p.n_ctx = f.n_ctx;
   p.n_batch = p.n_ubatch = static_cast<std::uint32_t>(n_batch);
   p.n_seq_max = static_cast<std::uint32_t>(1 + neighbours.size());
   p.kv_unified = true;
@@ -139,7 +188,7 @@ std::vector<float> reference(const std::vector<Part> &parts, int n_batch,
       }
       llama_batch_free(batch);
     } else {
-      EXPECT_EQ(mtmd_helper_eval_chunk_single(fixture().mctx, ctx, std::get<const mtmd_input_chunk *>(parts[i]),
+      EXPECT_EQ(mtmd_helper_eval_chunk_single(f.mctx, ctx, std::get<const mtmd_input_chunk *>(parts[i]),
                                               n_past, 0, n_batch, false, &n_past),
                 0);
     }
@@ -207,8 +256,8 @@ std::vector<weft::Token> cat(std::initializer_list<std::vector<weft::Token>> par
   return out;
 }
 
-weft::ExecutorParams params(std::uint32_t n_batch) {
-  return {.n_ctx = 1024, .n_batch = n_batch, .n_seq_max = 8, .n_threads = 2, .projector = fixture().projector};
+weft::ExecutorParams params(std::uint32_t n_batch, const Fixture &f) {
+  return {.n_ctx = f.n_ctx, .n_batch = n_batch, .n_seq_max = 8, .n_threads = 2, .projector = f.projector};
 }
 
 // Steps with random budgets until every one has its logits (an image waits
@@ -233,8 +282,8 @@ void hold_encoder(weft::Executor &ex, std::atomic<bool> &release, std::atomic<bo
 }
 
 void expect_logits(const weft::Conversation &c, const std::vector<float> &ref, const std::string &what,
-                   double *worst) {
-  const auto &m = weft_test::tiny();
+                   double *worst, const Fixture &f) {
+  const auto &m = f.model;
   ASSERT_TRUE(c.has_logits()) << what;
   const double err = nmse(c.logits(), ref);
   if (worst != nullptr) *worst = std::max(*worst, err);

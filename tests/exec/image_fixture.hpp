@@ -1,6 +1,9 @@
-// Shared by the image tests: the gemma3 projector for tiny, images as RGB
-// and PNG, mtmd's own tokenization of an image, and the reference decode on
-// raw llama.cpp + mtmd (mtmd_helper_eval_chunk_single) of one conversation.
+// Shared by the image tests: the gemma3 projector for tiny (ordinary
+// positions) and the qwen2vl one for tiny made a qwen2vl model (M-RoPE),
+// images as RGB and PNG, mtmd's own tokenization of an image, and the
+// reference decode on raw llama.cpp + mtmd (mtmd_helper_eval_chunk_single)
+// of one conversation. Every helper takes the fixture it works with; the
+// default is gemma3's.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -30,14 +33,19 @@ struct Rgb {
 
 Rgb random_image(std::mt19937 &rng, std::uint32_t w, std::uint32_t h);
 
-// The gemma3 projector for tiny, loaded once for weft and once for the
+// A projector and its text model, loaded once for weft and once for the
 // reference's own mtmd context.
+enum class Kind { gemma3, qwen2vl, qwen2a };  // qwen2a: audio only, on tiny
 struct Fixture {
   std::string path;
+  weft::Model model;  // tiny, or tiny as a qwen2vl model
   weft::Projector projector;
   mtmd_context *mctx = nullptr;  // never freed: shared by the binary's tests
+  // Room for a conversation and its neighbours (audio: a clip is hundreds
+  // of tokens), in weft's executors and the reference's context.
+  std::uint32_t n_ctx = 1024;
 };
-const Fixture &fixture();
+const Fixture &fixture(Kind kind = Kind::gemma3);
 
 struct Chunks {
   mtmd_input_chunks *chunks = mtmd_input_chunks_init();
@@ -54,7 +62,13 @@ struct ImageParts {
   std::shared_ptr<Chunks> chunks;
   const mtmd_input_chunk *image = nullptr;
 };
-ImageParts tokenize(const Rgb &img);
+ImageParts tokenize(const Rgb &img, const Fixture &f = fixture());
+// A clip of mono samples as mtmd tokenizes it alone (`image` is then the
+// audio chunk).
+ImageParts tokenize_audio(const std::vector<float> &samples, const Fixture &f);
+// `seconds` of a seeded random signal at f's sample rate (a few tones and
+// noise, within [-1, 1]).
+std::vector<float> random_clip(std::mt19937 &rng, const Fixture &f, double seconds);
 
 // A conversation's input, part by part: text or an image chunk.
 using Part = std::variant<std::vector<weft::Token>, const mtmd_input_chunk *>;
@@ -66,14 +80,14 @@ using Part = std::variant<std::vector<weft::Token>, const mtmd_input_chunk *>;
 // widths: the batch-shape noise raw llama.cpp itself shows for it.
 std::vector<float> reference(const std::vector<Part> &parts, int n_batch = 64,
                              const std::vector<std::vector<weft::Token>> &neighbours = {},
-                             std::mt19937 *rng = nullptr);
+                             std::mt19937 *rng = nullptr, const Fixture &f = fixture());
 
 // A PNG of `img`: stored (uncompressed) deflate blocks, so no zlib needed.
 std::vector<std::uint8_t> png_of(const Rgb &img);
 
 std::vector<weft::Token> cat(std::initializer_list<std::vector<weft::Token>> parts);
 
-weft::ExecutorParams params(std::uint32_t n_batch = 64);
+weft::ExecutorParams params(std::uint32_t n_batch = 64, const Fixture &f = fixture());
 
 // Steps with random budgets until every one has its logits (an image waits
 // for the encoder thread meanwhile: idle steps then); bounded.
@@ -84,8 +98,9 @@ void run_until_logits(weft::Executor &ex, const std::vector<weft::Conversation> 
 // until `release` is set, for at most 30 s.
 void hold_encoder(weft::Executor &ex, std::atomic<bool> &release, std::atomic<bool> &entered);
 
+// Within 8x the batch-shape floor of f's model.
 void expect_logits(const weft::Conversation &c, const std::vector<float> &ref, const std::string &what,
-                   double *worst = nullptr);
+                   double *worst = nullptr, const Fixture &f = fixture());
 
 }  // namespace img_test
 #endif  // WEFT_HAVE_MTMD

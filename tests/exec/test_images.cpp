@@ -281,25 +281,20 @@ TEST(Images, ImagesShareOneEmbeddingsBatch) {
   for (int i = 0; i < 3; ++i) expect_logits(convs[i], reference(inputs[i]), fmt::format("image {}", i));
 }
 
-// M-RoPE projectors load, but their images are not scheduled yet.
-TEST(Images, MropeProjectorRefused) {
-  const auto dir = weft_test::temp_dir("images-mrope");
-  const auto text = (dir / "qwen2vl-text.gguf").string(), proj = (dir / "qwen2vl.gguf").string();
-  weft::make_qwen2vl_text_model(weft_test::tiny_path(), text);
-  weft::make_mmproj({.base = text, .out = proj, .kind = weft::MmprojKind::qwen2vl});
-  const auto model = weft::Model::load({.path = text});
-  const auto p = weft::Projector::load(model, {.path = proj});
-  EXPECT_TRUE(p.mrope());
-  weft::Executor ex(model, {.n_ctx = 256, .n_batch = 32, .n_seq_max = 2, .n_threads = 1, .projector = p});
-  auto c = ex.create();
-  EXPECT_TRUE(throws_weft([&] { c.prompt_image(16, 16, std::vector<std::uint8_t>(16 * 16 * 3)); },
-                          weft::Errc::incompatible, "M-RoPE"));
+// A projector of another model, a missing file and a text model as
+// projector are typed errors. (M-RoPE images: test_images_mrope.cpp.)
+TEST(Images, ProjectorLoadRefusals) {
+  const auto &q = fixture(Kind::qwen2vl);
+  EXPECT_TRUE(q.projector.mrope());
+  const auto dir = weft_test::temp_dir("images-refusals");
   // A projector for another model is refused by the executor.
-  EXPECT_TRUE(throws_weft([&] { weft::Executor bad(weft_test::tiny(), {.n_ctx = 256, .n_batch = 32, .projector = p}); },
-                          weft::Errc::invalid_argument, "another Model"));
-  EXPECT_TRUE(throws_weft([&] { (void)weft::Projector::load(model, {.path = (dir / "none.gguf").string()}); },
+  EXPECT_TRUE(throws_weft(
+      [&] { weft::Executor bad(weft_test::tiny(), {.n_ctx = 256, .n_batch = 32, .projector = q.projector}); },
+      weft::Errc::invalid_argument, "another Model"));
+  EXPECT_TRUE(throws_weft([&] { (void)weft::Projector::load(q.model, {.path = (dir / "none.gguf").string()}); },
                           weft::Errc::not_found));
-  EXPECT_TRUE(throws_weft([&] { (void)weft::Projector::load(model, {.path = text}); }, weft::Errc::incompatible));
+  EXPECT_TRUE(throws_weft([&] { (void)weft::Projector::load(q.model, {.path = weft_test::tiny_path()}); },
+                          weft::Errc::incompatible));
 }
 #endif  // WEFT_HAVE_MTMD
 

@@ -147,7 +147,7 @@ TEST(StateVersion, DamagedVersionBytesAreCorrupt) {
 
 TEST(StateVersion, AnotherVersionWithAValidCrcIsIncompatible) {
   for (auto [blob, decode] : blobs()) {
-    for (std::uint32_t v : {0u, 5u, 0x100u, 0xFFFFFFFFu}) {
+    for (std::uint32_t v : {0u, 6u, 0x100u, 0xFFFFFFFFu}) {
       auto other = blob;
       std::memcpy(other.data() + 8, &v, 4);
       fix_crc(other);
@@ -163,45 +163,47 @@ TEST(StateVersion, ThroughTheExecutor) {
   c.prompt(tokens(8));
   (void)ex.step();
   auto blob = c.save();
-  blob[9] ^= 0x40;  // version 4 -> 0x4004
+  blob[9] ^= 0x40;  // version 5 -> 0x4005
   EXPECT_TRUE(throws_weft([&] { (void)ex.load(blob); }, Errc::corrupt, "checksum mismatch"));
   fix_crc(blob);
-  EXPECT_TRUE(throws_weft([&] { (void)ex.load(blob); }, Errc::incompatible, "format version 16388"));
+  EXPECT_TRUE(throws_weft([&] { (void)ex.load(blob); }, Errc::incompatible, "format version 16389"));
   auto snap = ex.save_all();
-  snap[8] ^= 0x01;  // version 4 -> 5
+  snap[8] ^= 0x02;  // version 5 -> 7
   EXPECT_TRUE(throws_weft([&] { (void)ex.load_all(snap); }, Errc::corrupt, "checksum mismatch"));
   EXPECT_EQ(ex.stats().conversations, 1u);
 }
 
-// Version 3 (before images) had no image fields, version 2 (before
-// adapters) no adapter fields either, version 1 (before prefix reuse) no
-// kv_exact / kv_from either: all still read.
-TEST(StateVersion, VersionsOneToThreeStillLoad) {
+// Version 4 (before M-RoPE images) differs only in each image's grid
+// width: without images its bytes are version 5's. Version 3 (before images)
+// had no image fields, version 2 (before adapters) no adapter fields either,
+// version 1 (before prefix reuse) no kv_exact / kv_from either: all still
+// read. (tests/exec/test_images_mrope.cpp loads a version 4 image.)
+TEST(StateVersion, VersionsOneToFourStillLoad) {
   weft::Executor ex(weft_test::tiny(), params());
   auto c = ex.create();
   const auto toks = tokens(40);
   c.prompt(toks);
   (void)ex.step();
-  auto v4 = c.save();
+  auto v5 = c.save();
   const std::size_t kv_bytes = [&] {
     std::uint64_t n;
     // kv size sits before the KV data and the CRC; the KV data is the rest.
-    for (std::size_t at = 12; at + 12 <= v4.size(); ++at) {
-      std::memcpy(&n, v4.data() + at, 8);
-      if (at + 8 + n + 4 == v4.size()) return static_cast<std::size_t>(n);
+    for (std::size_t at = 12; at + 12 <= v5.size(); ++at) {
+      std::memcpy(&n, v5.data() + at, 8);
+      if (at + 8 + n + 4 == v5.size()) return static_cast<std::size_t>(n);
     }
     return std::size_t{0};
   }();
   ASSERT_GT(kv_bytes, 0u);
-  const std::size_t kv_size_at = v4.size() - 4 - kv_bytes - 8;
+  const std::size_t kv_size_at = v5.size() - 4 - kv_bytes - 8;
   // Without images, version 4's image fields are 16 bytes: projector
   // fingerprint, n_embd, no images. Before them, without adapters, version
   // 3's adapter fields are 16 bytes: no settings, current -1, adapter end,
   // no spans; before those kv_exact and kv_from.
-  for (std::uint8_t version : {std::uint8_t{3}, std::uint8_t{2}, std::uint8_t{1}}) {
+  for (std::uint8_t version : {std::uint8_t{4}, std::uint8_t{3}, std::uint8_t{2}, std::uint8_t{1}}) {
     SCOPED_TRACE(version);
-    auto old = v4;
-    const std::size_t cut = version == 3 ? 16 : version == 2 ? 32 : 40;
+    auto old = v5;
+    const std::size_t cut = version == 4 ? 0 : version == 3 ? 16 : version == 2 ? 32 : 40;
     old.erase(old.begin() + static_cast<std::ptrdiff_t>(kv_size_at - cut),
               old.begin() + static_cast<std::ptrdiff_t>(kv_size_at));
     old[8] = version;

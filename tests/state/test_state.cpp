@@ -353,10 +353,10 @@ TEST(State, BadStateIsRefusedAndTheExecutorUnchanged) {
     const auto crc = weft::detail::crc32(std::span(b).first(b.size() - 4));
     std::memcpy(b.data() + b.size() - 4, &crc, 4);
   };
-  auto v5 = good;
-  v5[8] = 5;
-  fix_crc(v5);
-  EXPECT_TRUE(throws_weft(load(v5), Errc::incompatible, "version 5"));
+  auto v6 = good;
+  v6[8] = 6;
+  fix_crc(v6);
+  EXPECT_TRUE(throws_weft(load(v6), Errc::incompatible, "version 6"));
   // Another model.
   const auto other_path = weft_test::temp_dir("other-model") / "other.gguf";
   weft::make_model({.preset = weft::ModelPreset::tiny, .seed = 99, .out = other_path.string()});

@@ -1,5 +1,6 @@
-// weft make-mmproj: a seeded random vision projector (mmproj GGUF) for a text
-// model, loadable by llama.cpp's mtmd (`llama-mtmd-cli --mmproj`; docs/MODELS.md).
+// weft make-mmproj: a seeded random vision or audio projector (mmproj GGUF)
+// for a text model, loadable by llama.cpp's mtmd (`llama-mtmd-cli --mmproj`;
+// docs/MODELS.md).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -21,11 +22,13 @@ void add_make_mmproj(CLI::App &app) {
   };
   auto o = std::make_shared<Opts>();
   auto *cmd = app.add_subcommand("make-mmproj",
-                                 "Write a seeded random vision projector (mmproj GGUF) for a text model, loadable by "
-                                 "llama.cpp's mtmd (llama-mtmd-cli --mmproj)");
+                                 "Write a seeded random vision or audio projector (mmproj GGUF) for a text model, "
+                                 "loadable by llama.cpp's mtmd (llama-mtmd-cli --mmproj)");
   cmd->add_option("--base,--model", o->p.base, "Text model GGUF the projector is for (its width comes from it)")
       ->required();
-  cmd->add_option("--kind", o->kind, "Projector kind: gemma3 (ordinary positions) | qwen2vl (M-RoPE positions)")
+  cmd->add_option("--kind", o->kind,
+                  "Projector kind: gemma3 (images, ordinary positions) | qwen2vl (images, M-RoPE positions) | "
+                  "qwen2a (audio, Whisper-style encoder)")
       ->capture_default_str();
   cmd->add_option("--qwen2vl-model", o->qwen2vl_model,
                   "Also write --base (a llama-architecture GGUF) converted to the qwen2vl architecture (M-RoPE) "
@@ -34,10 +37,12 @@ void add_make_mmproj(CLI::App &app) {
   cmd->add_option("--image-size", o->p.image_size, "Image side in pixels the encoder sees")->capture_default_str();
   cmd->add_option("--patch-size", o->p.patch_size, "Patch side in pixels")->capture_default_str();
   cmd->add_option("--merge", o->p.merge, "Pooling per side (tokens = (image/(patch*merge))^2)")->capture_default_str();
-  cmd->add_option("--layers", o->p.n_layer, "Vision transformer blocks")->capture_default_str();
-  cmd->add_option("--embd", o->p.n_embd, "Vision transformer width")->capture_default_str();
-  cmd->add_option("--heads", o->p.n_head, "Vision attention heads")->capture_default_str();
-  cmd->add_option("--ff", o->p.n_ff, "Vision FFN width (not equal to --embd)")->capture_default_str();
+  cmd->add_option("--layers", o->p.n_layer, "Encoder transformer blocks")->capture_default_str();
+  cmd->add_option("--embd", o->p.n_embd, "Encoder transformer width")->capture_default_str();
+  cmd->add_option("--heads", o->p.n_head, "Encoder attention heads")->capture_default_str();
+  cmd->add_option("--ff", o->p.n_ff, "Encoder FFN width (image kinds: not equal to --embd)")->capture_default_str();
+  cmd->add_option("--mel-bins", o->p.n_mel_bins, "qwen2a: log-mel channels (80 or 128 as Whisper)")
+      ->capture_default_str();
   cmd->add_option("--out", o->p.out, "Output GGUF path")->required();
   cmd->add_flag("-q,--quiet", o->quiet, "No summary");
   cmd->callback([o] {
@@ -52,6 +57,11 @@ void add_make_mmproj(CLI::App &app) {
     if (o->quiet) return;
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(p.out, ec);
+    if (p.kind == weft::MmprojKind::qwen2a) {
+      fmt::print("wrote {} (qwen2a audio projector, {} mel bins, 750 tokens per 30 s chunk, seed {}, {} bytes) for {}\n",
+                 p.out, p.n_mel_bins, p.seed, ec ? 0 : bytes, p.base);
+      return;
+    }
     fmt::print("wrote {} ({} projector, {}x{} image, {} tokens per image, seed {}, {} bytes) for {}\n", p.out,
                o->kind, p.image_size, p.image_size, weft::mmproj_tokens_per_image(p), p.seed, ec ? 0 : bytes, p.base);
   });

@@ -1,5 +1,6 @@
-// weft/c/projector.h — images in conversations: a vision projector (mmproj)
-// loaded for a model, handed to an executor, and images queued like text.
+// weft/c/projector.h — images and audio in conversations: a projector
+// (mmproj) loaded for a model, handed to an executor, and images and audio
+// clips queued like text.
 //
 // Part of weft.h (include that one; the rules it states apply here). The
 // C++ side is weft/projector.hpp and Conversation::prompt_image
@@ -37,11 +38,25 @@ WEFT_C_API weft_status weft_projector_params_init(weft_projector_params *params,
 WEFT_C_API weft_status weft_projector_load(const weft_model *model, const weft_projector_params *params,
                                            weft_projector **out);
 WEFT_C_API weft_status weft_projector_free(weft_projector *projector);
-// Whether images decode with M-RoPE positions (Qwen2-VL style; executors
-// refuse those images for now with WEFT_ERR_INCOMPATIBLE), and with
+// Whether images decode with M-RoPE positions (Qwen2-VL style: a grid's
+// cells share one position and advance by max(width, height)), and with
 // non-causal attention inside the image (Gemma 3 style).
 WEFT_C_API weft_status weft_projector_mrope(const weft_projector *projector, weft_bool *out);
 WEFT_C_API weft_status weft_projector_non_causal(const weft_projector *projector, weft_bool *out);
+// Whether it takes images, and audio (then *sample_rate, if not NULL, gets
+// the rate its samples are in: 16000 for Whisper-style encoders; 0 without).
+WEFT_C_API weft_status weft_projector_vision(const weft_projector *projector, weft_bool *out);
+WEFT_C_API weft_status weft_projector_audio(const weft_projector *projector, weft_bool *out, int32_t *sample_rate);
+
+// Queues a clip of audio: n mono float samples in [-1, 1] at the projector's
+// sample rate (copied; the mel spectrogram is computed on the calling
+// thread), encoded and decoded as an image is (one span,
+// weft_conversation_image with audio set). WEFT_ERR_INCOMPATIBLE (the
+// projector takes no audio), WEFT_ERR_INVALID_ARGUMENT (no samples, one not
+// finite, NULL with n > 0, a generation running), WEFT_ERR_OUT_OF_RANGE
+// (over 2^24 samples, or past n_ctx). Never waits for a step.
+WEFT_C_API weft_status weft_conversation_prompt_audio(weft_conversation *conversation, const float *samples,
+                                                      size_t n);
 
 // Queues an image (the executor needs weft_executor_params.projector): a
 // PNG or JPEG file's bytes, or raw RGB (width x height x 3 bytes, rows top
@@ -53,7 +68,8 @@ WEFT_C_API weft_status weft_projector_non_causal(const weft_projector *projector
 // not PNG/JPEG, a zero side, RGB of the wrong size, a generation running),
 // WEFT_ERR_OUT_OF_RANGE (a side over 8192, more than 2^25 pixels, or past
 // n_ctx as weft_conversation_prompt_tokens), WEFT_ERR_CORRUPT (bytes that do
-// not decode), WEFT_ERR_INCOMPATIBLE (an M-RoPE projector). An encoder
+// not decode), WEFT_ERR_INCOMPATIBLE (an M-RoPE grid other than
+// Qwen2-VL's). An encoder
 // failure later is the conversation's error (weft_conversation_error).
 WEFT_C_API weft_status weft_conversation_prompt_image(weft_conversation *conversation, const uint8_t *file,
                                                       size_t len);
@@ -90,6 +106,7 @@ typedef struct weft_image_span {
   uint32_t n_tokens;  // positions (and KV cells) it takes
   uint32_t n_pos;     // positions RoPE advances by (n_tokens unless M-RoPE)
   weft_bool encoded;  // its embeddings are ready
+  weft_bool audio;    // a clip of audio, not an image (appended: an older struct_size leaves it out)
 } weft_image_span;
 
 // Its images (queued and decoded), by position: how many, and the one at

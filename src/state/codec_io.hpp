@@ -1,0 +1,143 @@
+// The state format's byte-level reader and writer (every length bounded
+// before it is trusted), shared by state_codec.cpp and codec_media.cpp.
+// Internal; pure: no llama.cpp calls.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/internal.hpp"
+#include "state/state_codec.hpp"
+
+namespace weft::detail {
+
+class Writer {
+ public:
+  std::vector<std::uint8_t> out;
+  void raw(const void *p, std::size_t n) {
+    if (n == 0) return;  // p may be null (an empty vector's data())
+    auto b = static_cast<const std::uint8_t *>(p);
+    out.insert(out.end(), b, b + n);
+  }
+  template <class T> void put(T v) { raw(&v, sizeof v); }  // little-endian hosts only (static_assert below)
+  void str(const std::string &s) {
+    put<std::uint32_t>(static_cast<std::uint32_t>(s.size()));
+    raw(s.data(), s.size());
+  }
+  void tokens(const std::vector<Token> &t) {
+    put<std::uint32_t>(static_cast<std::uint32_t>(t.size()));
+    raw(t.data(), t.size() * sizeof(Token));
+  }
+  void sampler(const SamplerParams &p) {
+    put(p.temperature);
+    put<std::int32_t>(p.top_k);
+    put(p.top_p);
+    put(p.min_p);
+    put(p.repeat_penalty);
+    put(p.frequency_penalty);
+    put(p.presence_penalty);
+    put<std::int32_t>(p.penalty_last_n);
+    put(p.seed);
+    str(p.grammar);
+    str(p.grammar_root);
+  }
+  void sampler_state(const std::optional<Sampler::State> &s) {
+    put<std::uint8_t>(s ? 1 : 0);
+    if (!s) return;
+    put(s->rng);
+    tokens(s->journal);
+  }
+};
+
+class Reader {
+ public:
+  Reader(std::span<const std::uint8_t> b, const char *what) : b_(b), what_(what) {}
+  void raw(void *p, std::size_t n, const char *field) {
+    if (n == 0) return;  // p may be null (an empty vector's data())
+    if (n > b_.size() - pos_) {
+      fail(Errc::corrupt, fmt::format("{} is truncated: {} needs {} bytes at offset {}, {} left", what_, field, n, pos_,
+                                      b_.size() - pos_));
+    }
+    std::memcpy(p, b_.data() + pos_, n);
+    pos_ += n;
+  }
+  template <class T> T get(const char *field) {
+    T v;
+    raw(&v, sizeof v, field);
+    return v;
+  }
+  std::uint32_t count(std::uint32_t max, const char *field) {
+    const auto n = get<std::uint32_t>(field);
+    if (n > max) fail(Errc::corrupt, fmt::format("{}: {} = {} exceeds the limit of {}", what_, field, n, max));
+    return n;
+  }
+  bool flag(const char *field) {
+    const auto v = get<std::uint8_t>(field);
+    if (v > 1) fail(Errc::corrupt, fmt::format("{}: {} = {} is not a boolean", what_, field, v));
+    return v == 1;
+  }
+  std::string str(const char *field) {
+    std::string s(count(kMaxString, field), '\0');
+    raw(s.data(), s.size(), field);
+    return s;
+  }
+  std::vector<Token> tokens(const char *field, std::int32_t n_vocab, bool allow_prompt_marks = false,
+                            bool allow_media = false) {
+    std::vector<Token> t(count(kMaxTokens, field));
+    raw(t.data(), t.size() * sizeof(Token), field);
+    for (Token x : t) {
+      const bool ok = (x >= 0 && x < n_vocab) || (allow_prompt_marks && x < 0 && -(x + 1) < n_vocab) ||
+                      (allow_media && x < 0);
+      if (!ok) fail(Errc::corrupt, fmt::format("{}: {} holds token id {} outside [0, {})", what_, field, x, n_vocab));
+    }
+    return t;
+  }
+  SamplerParams sampler() {
+    SamplerParams p;
+    p.temperature = get<float>("sampler.temperature");
+    p.top_k = get<std::int32_t>("sampler.top_k");
+    p.top_p = get<float>("sampler.top_p");
+    p.min_p = get<float>("sampler.min_p");
+    p.repeat_penalty = get<float>("sampler.repeat_penalty");
+    p.frequency_penalty = get<float>("sampler.frequency_penalty");
+    p.presence_penalty = get<float>("sampler.presence_penalty");
+    p.penalty_last_n = get<std::int32_t>("sampler.penalty_last_n");
+    p.seed = get<std::uint32_t>("sampler.seed");
+    p.grammar = str("sampler.grammar");
+    p.grammar_root = str("sampler.grammar_root");
+    try {
+      validate(p);
+    } catch (const Error &e) {
+      fail(Errc::corrupt, fmt::format("{}: {}", what_, e.what()));
+    }
+    return p;
+  }
+  std::optional<Sampler::State> sampler_state(std::int32_t n_vocab) {
+    if (!flag("sampler_state.present")) return std::nullopt;
+    Sampler::State s;
+    s.rng = get<std::uint64_t>("sampler_state.rng");
+    s.journal = tokens("sampler_state.journal", n_vocab, true);
+    return s;
+  }
+  void skip(std::size_t n) { pos_ += std::min(n, left()); }
+  std::size_t pos() const { return pos_; }
+  std::size_t left() const { return b_.size() - pos_; }
+
+ private:
+  std::span<const std::uint8_t> b_;
+  const char *what_;
+  std::size_t pos_ = 0;
+};
+
+// A record's images (version 4 on; the grid width of M-RoPE images from
+// version 5), written after its adapter spans.
+void write_media(Writer &w, const ConvRecord &r);
+// Reads them back, each checked against the positions it claims.
+void read_media(Reader &r, ConvRecord &c, const char *what, std::uint32_t version);
+
+}  // namespace weft::detail
