@@ -157,9 +157,35 @@ TEST(BenchFrame, JsonRowsAreCompleteAndConsistent) {
   }
 }
 
+// Pictures arriving, with either projector kind (qwen2vl: every row on the
+// model converted to M-RoPE): each row again with images, which are
+// encoded, decoded in embeddings batches and answered.
+TEST(BenchFrame, ImagesOfEitherKindAreEncodedDecodedAndAnswered) {
+  for (const std::string kind : {"gemma3", "qwen2vl"}) {
+    SCOPED_TRACE(kind);
+    const auto out = json_path("frame-images-" + kind);
+    const auto r = weft("bench frame -m " + kTiny + " -n 2 --frames 24 --arrive-every 12 --arrival-tokens 16 "
+                        "--budgets 16.6 --threads 1 --image-every 6 --image-side 64 --image-kind " + kind +
+                        " --json " + out.string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(kind + " projector"), std::string::npos) << r.output;
+    const auto j = read_json(out);
+    EXPECT_EQ(j["image_kind"], kind);
+    ASSERT_EQ(j["image_rows"].size(), 2u);  // unbudgeted, then 16.6 ms
+    for (const auto &row : j["image_rows"]) {
+      const auto &img = row["images"];
+      EXPECT_EQ(img["images_arrived"].get<unsigned>(), 4u);  // frames 0, 6, 12, 18
+      EXPECT_GE(img["images_encoded"].get<unsigned>(), 1u);
+      EXPECT_GE(img["image_batches"].get<unsigned>(), 1u);
+      EXPECT_GT(img["image_batch_decode_ms_mean"].get<double>(), 0.0);
+      EXPECT_LE(img["images_without_token"].get<unsigned>(), 4u);
+    }
+  }
+}
+
 TEST(BenchFrame, BadInputFailsWithAMessage) {
-  for (const std::string args :
-       {"--budgets 0", "--budgets -4", "--budgets 4,x", "-n 0", "--frames 0", "--grace-frames 0", "--bogus"}) {
+  for (const std::string args : {"--budgets 0", "--budgets -4", "--budgets 4,x", "-n 0", "--frames 0",
+                                 "--grace-frames 0", "--bogus", "--image-every 4 --image-kind llava"}) {
     const auto r = weft("bench frame -m " + kTiny + " " + args);
     EXPECT_NE(r.status, 0) << args;
     EXPECT_FALSE(r.output.empty()) << args;

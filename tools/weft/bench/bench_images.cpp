@@ -12,12 +12,18 @@
 
 namespace weft_cli::bench {
 
-BenchProjector::BenchProjector(const weft::Model &model, const std::string &path, int n_threads) {
+BenchProjector::BenchProjector(weft::Model &model, const std::string &path, int n_threads, weft::MmprojKind kind) {
   namespace fs = std::filesystem;
   dir = (fs::temp_directory_path() / fmt::format("weft-bench-mmproj-{}", ::getpid())).string();
   fs::create_directories(dir);
   const std::string out = (fs::path(dir) / "mmproj.gguf").string();
-  weft::make_mmproj({.base = path, .out = out, .seed = 1});
+  std::string base = path;
+  if (kind == weft::MmprojKind::qwen2vl) {
+    base = (fs::path(dir) / "model-qwen2vl.gguf").string();
+    weft::make_qwen2vl_text_model(path, base);
+    model = weft::Model::load({.path = base});
+  }
+  weft::make_mmproj({.base = base, .out = out, .kind = kind, .seed = 1});
   projector = weft::Projector::load(model, {.path = out, .n_threads = n_threads});
 }
 

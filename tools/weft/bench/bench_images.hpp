@@ -1,7 +1,9 @@
-// Images arriving in `weft bench frame` (--image-every): a generated gemma3
-// projector for the bench's model, and conversations that show an NPC a
-// picture every N frames and ask for a short reply, tracked as a player
-// sees them (frames from arrival to the reply's first token).
+// Images arriving in `weft bench frame` (--image-every): a generated
+// projector for the bench's model (gemma3: non-causal images; qwen2vl:
+// causal M-RoPE images, on the model converted to the qwen2vl
+// architecture), and conversations that show an NPC a picture every N
+// frames and ask for a short reply, tracked as a player sees them (frames
+// from arrival to the reply's first token).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -11,16 +13,19 @@
 #include <string>
 #include <vector>
 
+#include "weft/make_mmproj.hpp"
 #include "weft/weft.hpp"
 
 namespace weft_cli::bench {
 
-// A projector for the model at `path` (weft::make_mmproj, seed 1), in a
-// private temp directory removed with the object, and loaded.
+// A projector of `kind` for the model at `path` (weft::make_mmproj, seed
+// 1), in a private temp directory removed with the object, and loaded.
+// qwen2vl: `model` becomes the model converted to the qwen2vl architecture
+// (weft::make_qwen2vl_text_model), which every row then runs on.
 struct BenchProjector {
   std::string dir;
   weft::Projector projector;
-  BenchProjector(const weft::Model &model, const std::string &path, int n_threads);
+  BenchProjector(weft::Model &model, const std::string &path, int n_threads, weft::MmprojKind kind);
   ~BenchProjector();
   BenchProjector(const BenchProjector &) = delete;
   BenchProjector &operator=(const BenchProjector &) = delete;

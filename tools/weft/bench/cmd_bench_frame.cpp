@@ -39,6 +39,7 @@ struct Opts {
   unsigned grace_frames = 30;  // half a second at 60 fps
   unsigned adapter_groups = 0;  // LoRAs the NPCs and arrivals spread over (0: none)
   unsigned image_every = 0, image_side = 224;  // --image-every: a picture shown every N frames (0: none)
+  std::string image_kind = "gemma3";           // --image-kind: the projector's (qwen2vl: M-RoPE, causal)
   int threads = 0;
   std::unique_ptr<bench::BenchLoras> loras;
   std::unique_ptr<bench::BenchProjector> projector;
@@ -84,11 +85,12 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool
   // disposed, but the cache is sized as if none were).
   const unsigned arrivals = (o.frames + o.arrive_every - 1) / o.arrive_every;
   // Pictures: each a conversation of 16 + 4 tokens, the image (16 positions
-  // with the generated projector, and its markers) and an 8-token reply.
+  // with the gemma3 projector, 64 for a 224-pixel qwen2vl one, and its
+  // markers) and an 8-token reply.
   const unsigned pictures_n = images ? (o.frames + o.image_every - 1) / o.image_every : 0;
   const unsigned want_ctx = o.ctx != 0 ? o.ctx
                                        : o.conversations * (32 + o.frames + 1) + arrivals * (o.arrival_tokens + 32) +
-                                             pictures_n * 64;
+                                             pictures_n * 128;
   const unsigned slots = std::min(256u, o.conversations + arrivals + pictures_n + 1);
   const auto ctx = static_cast<unsigned>(std::min<std::uint64_t>(want_ctx, std::uint64_t(model.n_ctx_train()) * slots));
   weft::Executor ex(model, {.n_ctx = std::max(ctx, o.batch),
@@ -343,7 +345,9 @@ void run(Opts &o) {
   auto model = bench::load_model(path);
   if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (o.adapter_groups > 0) o.loras = std::make_unique<bench::BenchLoras>(model, path, o.adapter_groups, 8);
-  if (o.image_every > 0) o.projector = std::make_unique<bench::BenchProjector>(model, path, 1);
+  if (o.image_every > 0) {
+    o.projector = std::make_unique<bench::BenchProjector>(model, path, 1, weft::parse_mmproj_kind(o.image_kind));
+  }
 
   fmt::print("\nweft bench frame: model {}, {} NPCs generating (their prompts decoded before the first frame), "
              "a {}-token prompt arriving every {} frames asking for a 16-token reply, {} frames, n_threads = {}, "
@@ -409,9 +413,9 @@ void run(Opts &o) {
                rows.empty() ? base_row["adapter_switch_ms"].get<double>() : rows.back()["adapter_switch_ms"].get<double>());
   }
   if (o.image_every > 0) {
-    fmt::print("\n+img: the same workload with a {}x{} picture (and 16 tokens of text, an 8-token reply) shown every {} "
-               "frames; the encoder runs on the executor's own thread, never in a step:\n",
-               o.image_side, o.image_side, o.image_every);
+    fmt::print("\n+img: the same workload with a {}x{} picture ({} projector, and 16 tokens of text, an 8-token reply) "
+               "shown every {} frames; the encoder runs on the executor's own thread, never in a step:\n",
+               o.image_side, o.image_side, o.image_kind, o.image_every);
     for (const auto &j : img_rows) {
       const auto &s = j["images"];
       fmt::print("  {}: {} images, encode {:.1f} ms each (encoder thread), {} embeddings batches of {:.2f} ms, "
@@ -444,6 +448,7 @@ void run(Opts &o) {
                                {"rows", rows},
                                {"image_every", o.image_every},
                                {"image_side", o.image_side},
+                               {"image_kind", o.image_kind},
                                {"image_rows", img_rows}});
   }
 }
@@ -486,6 +491,11 @@ void add_bench_frame(CLI::App &bench) {
   cmd->add_option("--image-every", o->image_every,
                   "Also run each budget with a picture shown every N frames (a generated gemma3 projector; 0 = no)")
       ->check(CLI::Range(0u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--image-kind", o->image_kind,
+                  "Projector of those pictures: gemma3 (non-causal) | qwen2vl (M-RoPE, causal; every row then runs "
+                  "on the model converted to the qwen2vl architecture)")
+      ->check(CLI::IsMember({"gemma3", "qwen2vl"}))
       ->capture_default_str();
   cmd->add_option("--image-side", o->image_side, "Side in pixels of those pictures (RGB)")
       ->check(CLI::Range(1u, 8192u))
