@@ -273,6 +273,12 @@ void run_until_logits(weft::Executor &ex, const std::vector<weft::Conversation> 
   ADD_FAILURE() << "conversations did not get their logits within 60 s";
 }
 
+std::vector<SpillTier> spill_tiers(const std::string &disk_dir) {
+  return {{"ram", {.ram_bytes = 64ull << 20}, weft::Residency::ram},
+          {"disk", {.ram_bytes = 0, .disk_dir = disk_dir}, weft::Residency::disk},
+          {"recompute", {.ram_bytes = 0, .recompute = true}, weft::Residency::recompute}};
+}
+
 void hold_encoder(weft::Executor &ex, std::atomic<bool> &release, std::atomic<bool> &entered) {
   weft::detail::set_encode_hook(ex, [&release, &entered] {
     entered = true;

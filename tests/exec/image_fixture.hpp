@@ -94,6 +94,15 @@ weft::ExecutorParams params(std::uint32_t n_batch = 64, const Fixture &f = fixtu
 void run_until_logits(weft::Executor &ex, const std::vector<weft::Conversation> &convs, std::mt19937 &rng,
                       std::uint32_t max_budget);
 
+// Each place a parked conversation can go: RAM, disk (under `disk_dir`),
+// tokens only (recompute).
+struct SpillTier {
+  const char *name;
+  weft::SpillParams spill;
+  weft::Residency where;
+};
+std::vector<SpillTier> spill_tiers(const std::string &disk_dir);
+
 // Holds the executor's encoder thread before each encode (sets `entered`)
 // until `release` is set, for at most 30 s.
 void hold_encoder(weft::Executor &ex, std::atomic<bool> &release, std::atomic<bool> &entered);

@@ -258,17 +258,7 @@ TEST(ImagesMrope, StateAndSpill) {
   }
 
   const auto dir = weft_test::temp_dir("images-mrope-spill");
-  struct Tier {
-    const char *name;
-    weft::SpillParams spill;
-    weft::Residency where;
-  };
-  const Tier tiers[] = {
-      {"ram", {.ram_bytes = 64ull << 20}, weft::Residency::ram},
-      {"disk", {.ram_bytes = 0, .disk_dir = dir.string()}, weft::Residency::disk},
-      {"recompute", {.ram_bytes = 0, .recompute = true}, weft::Residency::recompute},
-  };
-  for (const Tier &t : tiers) {
+  for (const SpillTier &t : spill_tiers(dir.string())) {
     std::mt19937 rng(100 + static_cast<unsigned>(t.where));
     auto p = params(32, f);
     p.n_seq_max = 1;

@@ -186,17 +186,7 @@ TEST(ImagesState, SnapshotWithAForkOfAnImage) {
 TEST(ImagesState, ParkedToEveryTierAndBack) {
   const auto &m = weft_test::tiny();
   const auto dir = weft_test::temp_dir("images-spill");
-  struct Tier {
-    const char *name;
-    weft::SpillParams spill;
-    weft::Residency where;
-  };
-  const Tier tiers[] = {
-      {"ram", {.ram_bytes = 64ull << 20}, weft::Residency::ram},
-      {"disk", {.ram_bytes = 0, .disk_dir = dir.string()}, weft::Residency::disk},
-      {"recompute", {.ram_bytes = 0, .recompute = true}, weft::Residency::recompute},
-  };
-  for (const Tier &t : tiers) {
+  for (const SpillTier &t : spill_tiers(dir.string())) {
     std::mt19937 rng(100 + static_cast<unsigned>(t.where));
     auto p = params();
     p.n_seq_max = 1;
@@ -218,7 +208,9 @@ TEST(ImagesState, ParkedToEveryTierAndBack) {
     auto more = s.input();
     more.push_back(x);
     expect_logits(c, reference(more), fmt::format("parked to {} and back", t.name));
-    if (t.where == weft::Residency::recompute) EXPECT_GE(ex.stats().recomputes, 1u);
+    if (t.where == weft::Residency::recompute) {
+      EXPECT_GE(ex.stats().recomputes, 1u);
+    }
   }
 }
 

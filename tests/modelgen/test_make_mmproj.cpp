@@ -21,6 +21,7 @@
 #include <mtmd.h>
 
 #include "core/mtmd_log.hpp"
+#include "modelgen/mtmd_ptrs.hpp"
 #endif
 
 using weft_test::throws_weft;
@@ -97,19 +98,6 @@ TEST(MakeMmproj, Cli) {
 }
 
 #ifdef WEFT_HAVE_MTMD
-
-struct MtmdFree {
-  void operator()(mtmd_context *c) const { mtmd_free(c); }
-};
-struct ChunksFree {
-  void operator()(mtmd_input_chunks *c) const { mtmd_input_chunks_free(c); }
-};
-struct BitmapFree {
-  void operator()(mtmd_bitmap *b) const { mtmd_bitmap_free(b); }
-};
-using MtmdPtr = std::unique_ptr<mtmd_context, MtmdFree>;
-using ChunksPtr = std::unique_ptr<mtmd_input_chunks, ChunksFree>;
-using BitmapPtr = std::unique_ptr<mtmd_bitmap, BitmapFree>;
 
 // One projector kind with its text model: tiny for gemma3, tiny converted to
 // qwen2vl (M-RoPE) for qwen2vl. Written and loaded once per test binary.
