@@ -115,6 +115,9 @@ void ExecutorCore::plan_media_locked(std::uint32_t &token_budget, std::uint32_t 
 
 namespace {
 
+// An M-RoPE image's cells share one position, whatever its grid: a jump.
+std::uint32_t grid_n_pos(const MediaChunk &m) { return m.nx > 0 ? m.n_pos : 0; }
+
 bool stale(const MediaSegment &s) {
   return s.conv->disposed || s.conv->epoch != s.epoch || s.conv->kv.n() != s.start;
 }
@@ -125,12 +128,12 @@ void commit_media(ExecutorCore &x, MediaSegment &s, std::vector<float> *logits, 
   result.tokens_decoded += n;
   ++result.conversations;
   if (c.disposed || c.epoch != s.epoch) {
-    x.kv->commit_stale(c.kv, n, s.chunk->n_pos);  // in the cache; reconcile takes it out again
+    x.kv->commit_stale(c.kv, n, grid_n_pos(*s.chunk));  // in the cache; reconcile takes it out again
     x.convs.mark_dirty(c);
     return;
   }
   const auto input = c.queue.view().first(n);
-  x.kv->commit(c.kv, input, adapter_key(s.adapters.get()), s.chunk->n_pos);
+  x.kv->commit(c.kv, input, adapter_key(s.adapters.get()), grid_n_pos(*s.chunk));
   c.spans.record(c.n_decoded(), n, s.adapters);
   c.history.insert(c.history.end(), input.begin(), input.end());
   c.queue.pop_front(n);

@@ -120,10 +120,10 @@ void KvManager::release(KvHandle &h) {
   h.where = Residency::resident;
 }
 
-void KvManager::commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt, std::uint32_t n_pos) {
+void KvManager::commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt, std::uint32_t grid_n_pos) {
   const std::uint32_t from = h.n();
   const auto n = static_cast<std::uint32_t>(tokens.size());
-  if (n_pos != 0 && n_pos != n) h.jumps.push_back({from, n, n_pos});
+  if (grid_n_pos != 0) h.jumps.push_back({from, n, grid_n_pos});
   // Room for a whole context at once: no reallocation while it generates.
   if (h.tokens.capacity() < h.tokens.size() + tokens.size()) {
     h.tokens.reserve(std::max<std::size_t>(ledger_.capacity(), h.tokens.size() + tokens.size()));
@@ -138,8 +138,8 @@ void KvManager::commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t
   }
 }
 
-void KvManager::commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t n_pos) {
-  if (n_pos != 0 && n_pos != n) h.jumps.push_back({h.n(), n, n_pos});
+void KvManager::commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t grid_n_pos) {
+  if (grid_n_pos != 0) h.jumps.push_back({h.n(), n, grid_n_pos});
   ledger_.alloc(n, h.cells, h.live);
   h.tokens.insert(h.tokens.end(), n, Token{-1});
 }
@@ -464,8 +464,8 @@ void KvManager::verify(const KvHandle &h) const {
   const bool ok = h.cells.empty() ? hi == -1 : lo == 0 && hi == h.pos(h.n() - 1);
   if (!ok) {
     fail(Errc::backend, fmt::format("KV ledger out of step with llama.cpp: sequence {} holds positions [{}, {}], the "
-                                    "ledger {} positions",
-                                    h.seq, lo, hi, h.n()));
+                                    "ledger {} cells ending at position {} ({} M-RoPE images)",
+                                    h.seq, lo, hi, h.n(), h.n() > 0 ? h.pos(h.n() - 1) : -1, h.jumps.size()));
   }
 }
 

@@ -118,12 +118,12 @@ class KvManager {
   // resident (nothing decoded).
   void release(KvHandle &h);
   // `tokens` were decoded into h's next positions, under adapter setting
-  // `salt`: account for them. n_pos: the positions they advance, when an
-  // M-RoPE image's are fewer than its cells (0: one per token).
-  void commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt = 0, std::uint32_t n_pos = 0);
+  // `salt`: account for them. grid_n_pos: for an M-RoPE image (its cells all
+  // at one position), the positions it advances; 0: one per token.
+  void commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt = 0, std::uint32_t grid_n_pos = 0);
   // `n` positions were decoded for input that has changed since: accounted
   // for (until reconcile takes them out), never shared.
-  void commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t n_pos = 0);
+  void commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t grid_n_pos = 0);
   // Removes positions [pos, end) of h from the cache (keeps the slot).
   void truncate(KvHandle &h, std::uint32_t pos);
   // After a failed or aborted llama_decode: removes whatever llama.cpp kept

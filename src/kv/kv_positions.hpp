@@ -1,10 +1,11 @@
 // Where a sequence's cells sit in llama.cpp's positions.
 //
 // A cell's index in a conversation (its place in the history) is its
-// position, except after an M-RoPE image (qwen2-vl): its n_tokens cells all
-// take the image's first position t (their 2-D place is in the cell's
-// extra positions) and the image advances the positions by n_pos =
-// max(grid width, grid height), fewer than its cells. A PosJump records each
+// position, except in and after an M-RoPE image (qwen2-vl): its n_tokens
+// cells all take the image's first position t (their 2-D place is in the
+// cell's extra positions) and the image advances the positions by n_pos =
+// max(grid width, grid height), fewer than its cells but for a grid one
+// cell wide or tall (then only the cells inside it differ). A PosJump records each
 // such image; every llama_memory_* call maps indices through pos_at().
 // Internal; plain data, no locking of its own.
 #pragma once
@@ -18,7 +19,7 @@ namespace weft::detail {
 struct PosJump {
   std::uint32_t begin = 0;     // index of the image's first cell
   std::uint32_t n_tokens = 0;  // its cells
-  std::uint32_t n_pos = 0;     // positions it advances (< n_tokens)
+  std::uint32_t n_pos = 0;     // positions it advances (<= n_tokens)
   std::uint32_t end() const { return begin + n_tokens; }
   bool operator==(const PosJump &) const = default;
 };

@@ -101,7 +101,7 @@ TEST(ImagesMrope, TextImageTextMatchesMtmdHelper) {
   const auto &f = qwen();
   ASSERT_TRUE(f.projector.mrope());
   double worst_image = 0, worst_text = 0, worst_floor = 0;
-  bool wider_than_tall = false, taller_than_wide = false, fewer_positions = false;
+  bool wider_than_tall = false, taller_than_wide = false, fewer_positions = false, one_wide = false;
   for (unsigned seed = 1; seed <= 6; ++seed) {
     std::mt19937 rng(seed);
     const std::uint32_t n_batch = seed % 2 == 0 ? 32 : 64;
@@ -113,8 +113,11 @@ TEST(ImagesMrope, TextImageTextMatchesMtmdHelper) {
     const auto spans = c.images();
     ASSERT_EQ(spans.size(), s.imgs.size());
     for (const auto &sp : spans) {
-      // M-RoPE: fewer positions than cells, but for a grid one cell wide.
+      // M-RoPE: fewer positions than cells, but for a grid one cell wide
+      // or tall (its cells still share one position: sanitizer builds check
+      // the KV ledger's positions against llama.cpp's after every step).
       fewer_positions |= sp.n_pos < sp.n_tokens;
+      one_wide |= sp.n_pos == sp.n_tokens;
       EXPECT_EQ(sp.n_pos, mtmd_input_chunk_get_n_pos(s.parts[&sp - spans.data()].image));
       const auto *t = mtmd_input_chunk_get_tokens_image(s.parts[&sp - spans.data()].image);
       const auto nx = mtmd_image_tokens_get_decoder_pos(t, 0, sp.n_tokens - 1).x + 1;
@@ -139,7 +142,8 @@ TEST(ImagesMrope, TextImageTextMatchesMtmdHelper) {
                     &worst_text, f);
     }
   }
-  EXPECT_TRUE(wider_than_tall && taller_than_wide && fewer_positions) << "the seeds should give grids of both shapes";
+  EXPECT_TRUE(wider_than_tall && taller_than_wide && fewer_positions && one_wide)
+      << "the seeds should give grids of every shape";
   RecordProperty("nmse_image_conversation", fmt::format("{:.3g}", worst_image));
   RecordProperty("image_noise_floor", fmt::format("{:.3g}", worst_floor));
   std::printf("worst nmse: M-RoPE image conversation %.3g (its raw floor %.3g), text %.3g\n", worst_image,
