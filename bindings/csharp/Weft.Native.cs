@@ -122,6 +122,8 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_projector_vision(ProjectorHandle projector, out int v);
         [DllImport(Lib)] public static extern Status weft_projector_audio(ProjectorHandle projector, out int v, out int sampleRate);
         [DllImport(Lib)] public static extern Status weft_conversation_prompt_audio(ConversationHandle c, float[] samples, UIntPtr n);
+        [DllImport(Lib)] public static extern IntPtr weft_media_marker();
+        [DllImport(Lib)] public static extern Status weft_conversation_prompt_text_with_images(ConversationHandle c, byte[] text, UIntPtr len, IntPtr[] images, UIntPtr n, uint flags);
         [DllImport(Lib)] public static extern Status weft_conversation_prompt_image(ConversationHandle c, byte[] file, UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_conversation_prompt_image_rgb(ConversationHandle c, uint width, uint height, byte[] rgb, UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_conversation_n_images(ConversationHandle c, out UIntPtr n);

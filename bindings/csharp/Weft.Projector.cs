@@ -55,6 +55,13 @@ namespace Weft
             get { int v; Native.Check(Native.weft_projector_mrope(Handle, out v)); return v != 0; }
         }
 
+        // The marker that stands for an image in text given to
+        // Conversation.Prompt(text, images): "<__media__>".
+        public static string MediaMarker
+        {
+            get { return Marshal.PtrToStringAnsi(Native.weft_media_marker()); }
+        }
+
         // It takes images (PromptImage).
         public bool Vision
         {
@@ -168,6 +175,36 @@ namespace Weft
         {
             if (image == null) throw new ArgumentNullException("image");
             Native.Check(Native.weft_conversation_prompt_prepared_image(Handle, image.Handle));
+        }
+
+        // Text with media markers (Projector.MediaMarker, "<__media__>"), each
+        // replaced in order by the next of `images`, as mtmd tokenizes it;
+        // all of it queued or none. Status.InvalidArgument when markers and
+        // images differ in number. Never waits for a step.
+        public void Prompt(string text, PreparedImage[] images, bool addBos = false, bool parseSpecial = false)
+        {
+            if (text == null) throw new ArgumentNullException("text");
+            if (images == null) throw new ArgumentNullException("images");
+            var utf8 = Native.Utf8(text);
+            var ptrs = new IntPtr[images.Length];
+            var refs = new bool[images.Length];
+            try
+            {
+                for (int i = 0; i < images.Length; ++i)
+                {
+                    if (images[i] == null) throw new ArgumentNullException("images[" + i + "]");
+                    // Held for the call: a concurrent Dispose cannot free it under us.
+                    images[i].Handle.DangerousAddRef(ref refs[i]);
+                    ptrs[i] = images[i].Handle.DangerousGetHandle();
+                }
+                Native.Check(Native.weft_conversation_prompt_text_with_images(Handle, utf8, Native.Size(utf8.Length),
+                    ptrs, Native.Size(ptrs.Length), Model.TextFlags(addBos, parseSpecial)));
+            }
+            finally
+            {
+                for (int i = 0; i < images.Length; ++i)
+                    if (refs[i]) images[i].Handle.DangerousRelease();
+            }
         }
 
         // Queues a clip of audio: mono samples in [-1, 1] at the projector's

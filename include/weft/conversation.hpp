@@ -97,6 +97,15 @@ class WEFT_API Conversation {
   // Errc::invalid_argument for an empty prompt or while a generation runs.
   void prompt(std::string_view text, const PromptOptions &options = {});
   void prompt(std::span<const Token> tokens);
+  // Text with media markers (media_marker(), "<__media__>"), each replaced
+  // in order by the next of `images` (Projector::prepare), as mtmd_tokenize
+  // does it: every piece of text tokenized alone (BOS, if asked, before the
+  // first), each image its projector's text around its span. All of it is
+  // queued or none (checked as a whole against n_ctx). Throws
+  // Errc::invalid_argument when the markers and the images differ in
+  // number (naming both), for an empty or another projector's image, and
+  // as prompt() and prompt_image() for the rest.
+  void prompt(std::string_view text, std::span<const PreparedImage> images, const PromptOptions &options = {});
 
   // Queues an image (needs ExecutorParams::projector): a PNG or JPEG file's
   // bytes, or raw RGB (width x height x 3 bytes, rows top to bottom). It

@@ -20,6 +20,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "weft/export.hpp"
 #include "weft/model.hpp"
@@ -102,5 +103,9 @@ class WEFT_API PreparedImage {
   friend class Projector;
   std::shared_ptr<const Impl> impl_;
 };
+
+// The marker that stands for an image in text given to
+// Conversation::prompt(text, images): mtmd's default, "<__media__>".
+WEFT_API std::string_view media_marker() noexcept;
 
 }  // namespace weft

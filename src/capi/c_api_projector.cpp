@@ -3,6 +3,8 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "capi/c_api_internal.hpp"
 
@@ -179,5 +181,26 @@ weft_status weft_conversation_image(const weft_conversation *conversation, size_
 }
 
 weft_token weft_image_token(uint64_t id) { return weft::image_token(id); }
+
+const char *weft_media_marker(void) {
+  static const std::string marker(weft::media_marker());  // NUL-terminated for C
+  return marker.c_str();
+}
+
+weft_status weft_conversation_prompt_text_with_images(weft_conversation *conversation, const char *text, size_t len,
+                                                      const weft_prepared_image *const *images, size_t n_images,
+                                                      uint32_t flags) {
+  return guarded(__func__, [&] {
+    auto c = conv_of(conversation);
+    const auto s = text_arg(text, len, "text");
+    check_flags(flags, WEFT_TEXT_ADD_BOS | WEFT_TEXT_PARSE_SPECIAL, "flags");
+    if (n_images > 0) need(images, "images");
+    std::vector<weft::PreparedImage> list;
+    list.reserve(n_images);
+    for (std::size_t i = 0; i < n_images; ++i) list.push_back(*get<weft::PreparedImage>(images[i], Kind::prepared_image));
+    c->prompt(s, list,
+              {.add_bos = (flags & WEFT_TEXT_ADD_BOS) != 0, .parse_special = (flags & WEFT_TEXT_PARSE_SPECIAL) != 0});
+  });
+}
 
 }  // extern "C"

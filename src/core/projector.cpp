@@ -96,6 +96,12 @@ PreparedImage Projector::prepare(std::uint32_t width, std::uint32_t height, std:
 
 std::uint32_t PreparedImage::n_tokens() const noexcept { return impl_ ? impl_->input.media->n_tokens : 0; }
 
+#ifdef WEFT_HAVE_MTMD
+std::string_view media_marker() noexcept { return mtmd_default_marker(); }
+#else
+std::string_view media_marker() noexcept { return "<__media__>"; }
+#endif
+
 bool Projector::mrope() const { return live(impl_).mrope; }
 bool Projector::vision() const { return live(impl_).vision; }
 bool Projector::audio() const { return live(impl_).audio; }

@@ -238,6 +238,35 @@ void test_images(void) {
   CHECK_OK(weft_conversation_has_logits(c, &flag));
   CHECK(flag == 1);
 
+  /* Text with media markers: the marker, a mismatch refused, two images queued. */
+  {
+    weft_prepared_image *imgs[2] = {NULL, NULL};
+    weft_conversation *t = NULL;
+    char line[128];
+    size_t n_t = 0;
+    CHECK(strcmp(weft_media_marker(), "<__media__>") == 0);
+    CHECK_OK(weft_projector_load(m, &pp, &p));
+    CHECK_OK(weft_projector_prepare_image_rgb(p, IMG_W, IMG_H, rgb, sizeof rgb, &imgs[0]));
+    CHECK_OK(weft_projector_prepare_image_rgb(p, IMG_W, IMG_H, rgb, sizeof rgb, &imgs[1]));
+    CHECK_OK(weft_projector_free(p));
+    CHECK_OK(weft_conversation_create(busy, &t));
+    snprintf(line, sizeof line, "Look: %s and %s.", weft_media_marker(), weft_media_marker());
+    CHECK_ERR(weft_conversation_prompt_text_with_images(t, line, strlen(line), (const weft_prepared_image *const *)imgs,
+                                                        1, WEFT_TEXT_ADD_BOS),
+              WEFT_ERR_INVALID_ARGUMENT, "2 media markers");
+    CHECK_ERR(weft_conversation_prompt_text_with_images(t, line, strlen(line), NULL, 2, 0), WEFT_ERR_NULL_ARG,
+              "images");
+    CHECK_OK(weft_conversation_n_images(t, &n_t));
+    CHECK(n_t == 0);
+    CHECK_OK(weft_conversation_prompt_text_with_images(t, line, strlen(line), (const weft_prepared_image *const *)imgs,
+                                                       2, WEFT_TEXT_ADD_BOS));
+    CHECK_OK(weft_conversation_n_images(t, &n_t));
+    CHECK(n_t == 2);
+    CHECK_OK(weft_prepared_image_free(imgs[0]));
+    CHECK_OK(weft_prepared_image_free(imgs[1]));
+    CHECK_OK(weft_conversation_free(t));
+  }
+
   /* A vision-only projector: no audio, typed. */
   {
     weft_bool vision = 0, audio = 1;

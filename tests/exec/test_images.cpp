@@ -2,7 +2,8 @@
 // decoded by weft beside text-only conversations, has the logits that
 // mtmd_helper_eval_chunks gives on raw llama.cpp + mtmd for it alone; the
 // same after a fork and after rewinds; the encoder never runs inside a
-// step; bad images are typed errors while others generate.
+// step; bad images are typed errors while others generate; text with media
+// markers is what mtmd_tokenize makes of it.
 #include <gtest/gtest.h>
 #include <llama.h>
 
@@ -344,5 +345,72 @@ TEST(Images, PreparedImageQueuedAnywhere) {
   EXPECT_TRUE(throws_weft([&] { (void)other.prepare(std::vector<std::uint8_t>(10, 1)); }, weft::Errc::invalid_argument,
                           "neither a PNG nor a JPEG"));
   EXPECT_EQ(c1.n_tokens(), n);
+}
+#endif  // WEFT_HAVE_MTMD
+
+#ifdef WEFT_HAVE_MTMD
+// Text with media markers queues what mtmd_tokenize makes of the same text
+// and images: the same tokens around the same spans, and mtmd's decode of
+// them alone. Markers and images that differ in number are refused with
+// nothing queued.
+TEST(Images, TextWithMediaMarkersAsMtmdTokenizes) {
+  const auto &f = fixture();
+  std::mt19937 rng(9);
+  weft::Executor ex(f.model, params());
+  const Rgb i1 = random_image(rng, 40, 30), i2 = random_image(rng, 50, 60);
+  const std::vector<weft::PreparedImage> imgs = {f.projector.prepare(i1.w, i1.h, i1.px),
+                                                 f.projector.prepare(i2.w, i2.h, i2.px)};
+  const std::string m(weft::media_marker());
+  EXPECT_EQ(m, mtmd_default_marker());
+  const std::string text = "The smith shows you " + m + " and then " + m + ", asking what you think.";
+  auto c = ex.create();
+  c.prompt(text, imgs, {.add_bos = true});
+  const auto spans = c.images();
+  ASSERT_EQ(spans.size(), 2u);
+
+  // mtmd's own: the whole text and both bitmaps at once.
+  Chunks chunks;
+  mtmd_bitmap *b1 = mtmd_bitmap_init(i1.w, i1.h, i1.px.data()), *b2 = mtmd_bitmap_init(i2.w, i2.h, i2.px.data());
+  const mtmd_bitmap *bitmaps[] = {b1, b2};
+  const mtmd_input_text in{text.c_str(), text.size(), /*add_special=*/true, /*parse_special=*/false};
+  ASSERT_EQ(mtmd_tokenize(f.mctx, chunks.chunks, &in, bitmaps, 2), 0);
+  mtmd_bitmap_free(b1);
+  mtmd_bitmap_free(b2);
+  std::vector<Part> parts;
+  std::vector<weft::Token> expected;
+  std::size_t image = 0;
+  for (std::size_t i = 0; i < mtmd_input_chunks_size(chunks.chunks); ++i) {
+    const auto *ch = mtmd_input_chunks_get(chunks.chunks, i);
+    if (mtmd_input_chunk_get_type(ch) == MTMD_INPUT_CHUNK_TYPE_TEXT) {
+      std::size_t n = 0;
+      const llama_token *t = mtmd_input_chunk_get_tokens_text(ch, &n);
+      parts.emplace_back(std::vector<weft::Token>(t, t + n));
+      expected.insert(expected.end(), t, t + n);
+    } else {
+      ASSERT_LT(image, spans.size());
+      EXPECT_EQ(spans[image].begin, expected.size());
+      EXPECT_EQ(spans[image].n_tokens, mtmd_input_chunk_get_n_tokens(ch));
+      expected.insert(expected.end(), spans[image].n_tokens, weft::image_token(spans[image].id));
+      parts.emplace_back(ch);
+      ++image;
+    }
+  }
+  EXPECT_EQ(image, 2u);
+  EXPECT_EQ(c.tokens(), expected);
+  run_until_logits(ex, {c}, rng, 64);
+  expect_logits(c, reference(parts), "text with two media markers");
+
+  // Markers and images in other numbers: refused, nothing queued.
+  auto d = ex.create();
+  EXPECT_TRUE(throws_weft([&] { d.prompt("a " + m + " b " + m, std::span(imgs).first(1)); },
+                          weft::Errc::invalid_argument, "2 media markers"));
+  EXPECT_TRUE(throws_weft([&] { d.prompt("no marker", imgs); }, weft::Errc::invalid_argument, "0 media markers"));
+  EXPECT_TRUE(throws_weft([&] { d.prompt(m, std::vector<weft::PreparedImage>(1)); }, weft::Errc::invalid_argument,
+                          "empty PreparedImage"));
+  EXPECT_EQ(d.n_tokens(), 0u);
+  EXPECT_TRUE(d.images().empty());
+  // An image alone, with no text around the marker, is fine.
+  d.prompt(m, std::span(imgs).first(1));
+  EXPECT_EQ(d.images().size(), 1u);
 }
 #endif  // WEFT_HAVE_MTMD

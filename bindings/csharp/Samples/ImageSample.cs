@@ -53,6 +53,17 @@ namespace Weft.Samples
                 reference.Prompt(Lore + "\nPlayer: Look at this.", addBos: true);
                 reference.PromptImage(prepared);
                 reference.Prompt("\nSmith:");
+                // The same as text with a media marker: the same positions.
+                var marked = alone.CreateConversation();
+                marked.Prompt(Lore + "\nPlayer: Look at this." + Projector.MediaMarker + "\nSmith:",
+                              new[] { prepared }, addBos: true);
+                Check.Equal(reference.Tokens.Length, marked.Tokens.Length, "text with a media marker");
+                Check.Equal(1, marked.Images.Length, "its image");
+                Check.Throws(Status.InvalidArgument, "media markers",
+                             () => marked.Prompt("two " + Projector.MediaMarker + Projector.MediaMarker,
+                                                 new[] { prepared }),
+                             "markers and images in other numbers");
+                marked.Dispose();
                 prepared.Dispose();
 
                 int steps = RunUntilLogits(ex, smith);

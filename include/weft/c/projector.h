@@ -118,6 +118,19 @@ WEFT_C_API weft_status weft_conversation_image(const weft_conversation *conversa
 // The value an image's positions hold (as C++ weft::image_token).
 WEFT_C_API weft_token weft_image_token(uint64_t id);
 
+// The marker that stands for an image in text ("<__media__>", mtmd's); a
+// static string, never freed.
+WEFT_C_API const char *weft_media_marker(void);
+// Text with media markers, each replaced in order by the next of `images`
+// (borrowed for the call), as mtmd_tokenize does: every piece of text
+// tokenized alone (WEFT_TEXT_ADD_BOS puts BOS before the first). All of it
+// is queued or none. WEFT_ERR_INVALID_ARGUMENT when markers and images
+// differ in number, else as weft_conversation_prompt_text and
+// weft_conversation_prompt_prepared_image. Never waits for a step.
+WEFT_C_API weft_status weft_conversation_prompt_text_with_images(weft_conversation *conversation, const char *text,
+                                                                 size_t len, const weft_prepared_image *const *images,
+                                                                 size_t n_images, uint32_t flags);
+
 WEFT_END_DECL
 
 #endif  // WEFT_C_PROJECTOR_H
