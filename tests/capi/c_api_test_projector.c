@@ -242,14 +242,16 @@ void test_images(void) {
   {
     weft_prepared_image *imgs[2] = {NULL, NULL};
     weft_conversation *t = NULL;
+    weft_executor *tex = NULL;
     char line[128];
     size_t n_t = 0;
     CHECK(strcmp(weft_media_marker(), "<__media__>") == 0);
     CHECK_OK(weft_projector_load(m, &pp, &p));
     CHECK_OK(weft_projector_prepare_image_rgb(p, IMG_W, IMG_H, rgb, sizeof rgb, &imgs[0]));
     CHECK_OK(weft_projector_prepare_image_rgb(p, IMG_W, IMG_H, rgb, sizeof rgb, &imgs[1]));
+    tex = executor_with(m, p, 2);
     CHECK_OK(weft_projector_free(p));
-    CHECK_OK(weft_conversation_create(busy, &t));
+    CHECK_OK(weft_conversation_create(tex, &t));
     snprintf(line, sizeof line, "Look: %s and %s.", weft_media_marker(), weft_media_marker());
     CHECK_ERR(weft_conversation_prompt_text_with_images(t, line, strlen(line), (const weft_prepared_image *const *)imgs,
                                                         1, WEFT_TEXT_ADD_BOS),
@@ -265,6 +267,7 @@ void test_images(void) {
     CHECK_OK(weft_prepared_image_free(imgs[0]));
     CHECK_OK(weft_prepared_image_free(imgs[1]));
     CHECK_OK(weft_conversation_free(t));
+    CHECK_OK(weft_executor_free(tex));
   }
 
   /* A vision-only projector: no audio, typed. */
