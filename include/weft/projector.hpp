@@ -105,7 +105,8 @@ class WEFT_API PreparedImage {
 };
 
 // The marker that stands for an image in text given to
-// Conversation::prompt(text, images): mtmd's default, "<__media__>".
+// Conversation::prompt(text, images): mtmd's default, "<__media__>". Static
+// storage: the view stays valid; any thread.
 WEFT_API std::string_view media_marker() noexcept;
 
 }  // namespace weft

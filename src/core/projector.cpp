@@ -60,7 +60,8 @@ Projector Projector::load(const Model &model, const ProjectorParams &params) {
   impl->vision = mtmd_support_vision(ctx);
   impl->audio = mtmd_support_audio(ctx);
   if (!impl->vision && !impl->audio) {
-    detail::fail(Errc::incompatible, fmt::format("projector '{}' has neither a vision nor an audio encoder", params.path));
+    detail::fail(Errc::incompatible,
+                 fmt::format("projector '{}' has neither a vision nor an audio encoder", params.path));
   }
   impl->sample_rate = impl->audio ? mtmd_get_audio_sample_rate(ctx) : 0;
   impl->n_embd = llama_model_n_embd_inp(model.impl()->model);
@@ -209,6 +210,7 @@ ImageInput tokenize(const Projector::Impl &p, BitmapPtr bitmap, std::uint64_t id
                                     rc, take_llama_error()));
   }
   ImageInput out;
+  const bool audio = mtmd_bitmap_is_audio(bitmap.get());
   for (std::size_t i = 0; i < mtmd_input_chunks_size(chunks.get()); ++i) {
     const mtmd_input_chunk *c = mtmd_input_chunks_get(chunks.get(), i);
     if (mtmd_input_chunk_get_type(c) == MTMD_INPUT_CHUNK_TYPE_TEXT) {
@@ -219,16 +221,14 @@ ImageInput tokenize(const Projector::Impl &p, BitmapPtr bitmap, std::uint64_t id
       continue;
     }
     const auto type = mtmd_input_chunk_get_type(c);
-    const bool audio = mtmd_bitmap_is_audio(bitmap.get());
     if (audio && out.media && type == MTMD_INPUT_CHUNK_TYPE_AUDIO) {
       // mtmd cuts a clip into windows (Whisper: 30 s); each would be a span
       // of its own, encoded alone, so the caller cuts it instead.
+      const std::size_t samples = mtmd_bitmap_get_n_bytes(bitmap.get()) / sizeof(float);
       fail(Errc::out_of_range,
            fmt::format("prompt_audio: {} samples ({:.1f} s at {} Hz) make more than one of the projector's audio "
                        "windows; queue at most one window (30 s for Whisper-style encoders) a call",
-                       mtmd_bitmap_get_n_bytes(bitmap.get()) / sizeof(float),
-                       double(mtmd_bitmap_get_n_bytes(bitmap.get()) / sizeof(float)) / std::max(1, p.sample_rate),
-                       p.sample_rate));
+                       samples, double(samples) / std::max(1, p.sample_rate), p.sample_rate));
     }
     if (out.media || type != (audio ? MTMD_INPUT_CHUNK_TYPE_AUDIO : MTMD_INPUT_CHUNK_TYPE_IMAGE)) {
       fail(Errc::incompatible, fmt::format("{}: the projector made more than one media chunk of one {}",

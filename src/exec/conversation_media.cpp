@@ -21,7 +21,9 @@ detail::ExecutorCore &core_for(const std::shared_ptr<detail::ConvHandle> &h) {
 Projector::Impl &projector_for(detail::ExecutorCore &x, std::uint64_t conv) {
   if (!x.projector) {
     detail::fail(Errc::invalid_argument,
-                 fmt::format("conversation {}: prompt_image or prompt_audio needs a projector (ExecutorParams::projector)", conv));
+                 fmt::format("conversation {}: prompt_image or prompt_audio needs a projector "
+                             "(ExecutorParams::projector)",
+                             conv));
   }
   return *x.projector;
 }
@@ -72,10 +74,10 @@ void queue_parts(detail::ExecutorCore &x, std::uint64_t id, std::vector<Part> pa
   c.gen_token_queued = false;
 }
 
-void queue_image(detail::ExecutorCore &x, std::uint64_t id, detail::ImageInput in) {
+void queue_media(detail::ExecutorCore &x, std::uint64_t id, detail::ImageInput in, const char *what) {
   std::vector<Part> parts;
   parts.emplace_back(std::move(in));
-  queue_parts(x, id, std::move(parts), "prompt_image");
+  queue_parts(x, id, std::move(parts), what);
 }
 
 detail::ImageInput prepared_input(detail::ExecutorCore &x, Projector::Impl &p, std::uint64_t conv,
@@ -94,28 +96,28 @@ detail::ImageInput prepared_input(detail::ExecutorCore &x, Projector::Impl &p, s
 void Conversation::prompt_image(std::span<const std::uint8_t> file) {
   auto &x = core_for(handle_);
   auto &p = projector_for(x, handle_->id);
-  queue_image(x, handle_->id, detail::tokenize_image_file(p, file, x.next_media_id++));
+  queue_media(x, handle_->id, detail::tokenize_image_file(p, file, x.next_media_id++), "prompt_image");
   x.notify_work();
 }
 
 void Conversation::prompt_image(std::uint32_t width, std::uint32_t height, std::span<const std::uint8_t> rgb) {
   auto &x = core_for(handle_);
   auto &p = projector_for(x, handle_->id);
-  queue_image(x, handle_->id, detail::tokenize_image_rgb(p, width, height, rgb, x.next_media_id++));
+  queue_media(x, handle_->id, detail::tokenize_image_rgb(p, width, height, rgb, x.next_media_id++), "prompt_image");
   x.notify_work();
 }
 
 void Conversation::prompt_audio(std::span<const float> samples) {
   auto &x = core_for(handle_);
   auto &p = projector_for(x, handle_->id);
-  queue_image(x, handle_->id, detail::tokenize_audio(p, samples, x.next_media_id++));
+  queue_media(x, handle_->id, detail::tokenize_audio(p, samples, x.next_media_id++), "prompt_audio");
   x.notify_work();
 }
 
 void Conversation::prompt_image(const PreparedImage &image) {
   auto &x = core_for(handle_);
   auto &p = projector_for(x, handle_->id);
-  queue_image(x, handle_->id, prepared_input(x, p, handle_->id, image));
+  queue_media(x, handle_->id, prepared_input(x, p, handle_->id, image), "prompt_image");
   x.notify_work();
 }
 
@@ -140,7 +142,6 @@ void Conversation::prompt(std::string_view text, std::span<const PreparedImage> 
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     auto tokens = x.model.tokenize(pieces[i], {.add_bos = options.add_bos && i == 0,
                                                .parse_special = options.parse_special});
-    for (Token t : tokens) x.model.check_token(t);
     if (!tokens.empty()) parts.emplace_back(std::move(tokens));
     if (i < images.size()) parts.emplace_back(prepared_input(x, p, handle_->id, images[i]));
   }

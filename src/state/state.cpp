@@ -7,9 +7,9 @@
 #include "exec/executor_core.hpp"
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
+#include "exec/media.hpp"
 #include "state/state_adapters.hpp"
 #include "state/state_codec.hpp"
-#include "exec/media.hpp"
 #include "state/state_media.hpp"
 
 namespace weft {

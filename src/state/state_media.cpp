@@ -94,7 +94,8 @@ ResolvedMedia resolve_media(ExecutorCore &x, ConvRecord &r, MediaIds &ids) {
   }
   const std::size_t n_hist = r.history.size();
   for (MediaRecord &rec : r.media) {
-    if (rec.audio ? rec.nx != 0 || !x.projector->audio : (rec.nx > 0) != x.projector->mrope) {
+    // (The codec has checked that a clip has no grid.)
+    if (rec.audio ? !x.projector->audio : (rec.nx > 0) != x.projector->mrope) {
       fail(Errc::corrupt, fmt::format("{} {} of the state is laid out for {} positions; its projector uses {}{}",
                                       rec.audio ? "clip" : "image", rec.id, rec.nx > 0 ? "M-RoPE" : "ordinary",
                                       x.projector->mrope ? "M-RoPE" : "ordinary",

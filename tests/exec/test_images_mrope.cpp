@@ -336,6 +336,22 @@ TEST(ImagesMrope, GridInTheStateFormat) {
       EXPECT_TRUE(throws_weft([&] { (void)ex.load(b); }, weft::Errc::corrupt, "grid")) << bad;
     }
     EXPECT_EQ(ex.stats().conversations, 1u);
+    // A grid one cell wide gives n_pos == n_tokens, so a width of 0 passes the
+    // codec; the loader still refuses an ordinary layout for an M-RoPE projector.
+    auto d = ex.create();
+    const Rgb narrow = random_image(rng, 20, 200);
+    d.prompt(s.text[0]);
+    d.prompt_image(narrow.w, narrow.h, narrow.px);
+    run_until_logits(ex, {d}, rng, 64);
+    const auto ns = d.images()[0];
+    ASSERT_EQ(ns.n_pos, ns.n_tokens) << "a 20 x 200 picture should be one cell wide";
+    auto one_wide = d.save();
+    const std::size_t at1 = find_once(one_wide, le(ns.begin, ns.n_tokens, ns.n_pos, 1u));
+    ASSERT_NE(at1, std::string::npos);
+    std::memset(one_wide.data() + at1 + 12, 0, 4);
+    fix_crc(one_wide);
+    EXPECT_TRUE(throws_weft([&] { (void)ex.load(one_wide); }, weft::Errc::corrupt, "laid out for ordinary positions"));
+    EXPECT_EQ(ex.stats().conversations, 2u);
   }
   {
     const auto &f = fixture();  // gemma3: ordinary positions
