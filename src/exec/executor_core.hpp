@@ -74,12 +74,16 @@ struct Part {
   std::uint32_t staged;  // when output: its logits' buffer in `staging`
 };
 
-// An image decoded in this step: all of it, from its embeddings (media.cpp).
+// Media decoded in this step, from its embeddings (media.cpp): a whole
+// non-causal image, or rows [offset, offset + rows) of a causal one, which
+// goes in pieces over steps like a prompt (mtmd's helper splits those too).
 struct MediaSegment {
   Conv *conv;
   std::shared_ptr<MediaChunk> chunk;
   std::uint64_t epoch = 0;   // the conversation's epoch when planned
   std::uint32_t start = 0;   // its cache position when planned
+  std::uint32_t offset = 0;  // the chunk's first embedding decoded here
+  std::uint32_t rows = 0;    // embeddings decoded here
   AdapterConfigPtr adapters;  // decoded under (null: the base model)
   bool output = false;        // it ends the queue: its last embedding's logits are read
   bool failed = false;
@@ -253,10 +257,12 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   bool use_adapters(const AdapterConfigPtr &cfg);
 
   // --- Media (media.cpp) ---
-  // c's queue starts with `m`: a media candidate when its embeddings are
-  // ready; an error on c when its encoding failed.
-  void media_candidate_locked(Conv &c, const MediaSpan &m);
-  // Plans this step's images from media_wanting (each whole), taking their
+  // c's queue starts with `m` (or is inside it): true when `m` is ready and
+  // causal, so the token plan takes it in pieces like a prompt; else a
+  // whole-image candidate when ready, an error on c when its encoding
+  // failed, or nothing while it is encoding.
+  bool media_candidate_locked(Conv &c, const MediaSpan &m);
+  // Plans this step's whole images from media_wanting, taking their
   // tokens out of the budget and the free cells.
   // With a time budget (`time_left`, seconds), an image goes only when what
   // its embeddings batch costs (media_batch_s, twice: llama.cpp re-reserves

@@ -1,6 +1,7 @@
 // Images in the step: which conversations' images are ready (their
-// embeddings made by the encoder thread, never here), planning each whole
-// within the budget, and decoding them as embeddings batches beside the
+// embeddings made by the encoder thread, never here), planning non-causal
+// ones whole within the budget (causal ones go in pieces through the token
+// plan, schedule.cpp), and decoding them as embeddings batches beside the
 // token batches — several conversations' images may share one — with
 // causal attention off for images that ask for it, as mtmd's helper does.
 #include <llama.h>
@@ -20,7 +21,7 @@ namespace weft::detail {
 
 const MediaSpan *media_front(const Conv &c) {
   for (const auto &m : c.media) {
-    if (m.begin == c.n_decoded()) return &m;
+    if (m.begin <= c.n_decoded() && c.n_decoded() < m.end()) return &m;
   }
   return nullptr;
 }
@@ -69,10 +70,14 @@ void media_erase(Conv &c, std::uint32_t p0, std::uint32_t p1) {
   }
 }
 
-void ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
+bool ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
   const int state = m.chunk->state.load(std::memory_order_acquire);
   if (state == MediaChunk::ready) {
     m.chunk->source.reset();  // saves carry the embeddings now
+    // Causal: row i sees rows before it only, so pieces decoded over steps
+    // give what one batch gives (M-RoPE cells by their 2-D place: llama.cpp's
+    // mask orders an image's cells by row and column).
+    if (!m.chunk->non_causal) return true;
     media_wanting.push_back(&c);
   } else if (state == MediaChunk::failed) {
     // Its input stays held back (not lost) until clear_error(); rewinding
@@ -80,6 +85,7 @@ void ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
     post_error_locked(c, *m.chunk->error);
   }
   // Else still encoding: its later input waits behind it.
+  return false;
 }
 
 void ExecutorCore::plan_media_locked(std::uint32_t &token_budget, std::uint32_t &free_cells, double *time_left) {
@@ -106,6 +112,8 @@ void ExecutorCore::plan_media_locked(std::uint32_t &token_budget, std::uint32_t 
                               .chunk = m->chunk,
                               .epoch = c->epoch,
                               .start = c->n_decoded(),
+                              .offset = 0,
+                              .rows = n,
                               .adapters = adapters_used ? c->next_adapters() : nullptr,
                               .output = n == c->n_queued()});
     token_budget -= std::min(n, token_budget);
@@ -124,16 +132,19 @@ bool stale(const MediaSegment &s) {
 
 void commit_media(ExecutorCore &x, MediaSegment &s, std::vector<float> *logits, StepResult &result) {
   Conv &c = *s.conv;
-  const std::uint32_t n = s.chunk->n_tokens;
+  const std::uint32_t n = s.rows;
   result.tokens_decoded += n;
   ++result.conversations;
+  // An M-RoPE image's jump is recorded whole with its first piece: its cells
+  // all sit at its first position, whatever is decoded of it yet.
+  const std::uint32_t jump = s.offset == 0 ? grid_n_pos(*s.chunk) : 0;
   if (c.disposed || c.epoch != s.epoch) {
-    x.kv->commit_stale(c.kv, n, grid_n_pos(*s.chunk));  // in the cache; reconcile takes it out again
+    x.kv->commit_stale(c.kv, n, jump, s.chunk->n_tokens);  // in the cache; reconcile takes it out again
     x.convs.mark_dirty(c);
     return;
   }
   const auto input = c.queue.view().first(n);
-  x.kv->commit(c.kv, input, adapter_key(s.adapters.get()), grid_n_pos(*s.chunk));
+  x.kv->commit(c.kv, input, adapter_key(s.adapters.get()), jump, s.chunk->n_tokens);
   c.spans.record(c.n_decoded(), n, s.adapters);
   c.history.insert(c.history.end(), input.begin(), input.end());
   c.queue.pop_front(n);
@@ -168,7 +179,7 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
   std::size_t outputs = 0;
   // Rows in order: each image's embeddings, one image after the other.
   std::size_t seg = 0;
-  std::uint32_t k = 0;  // next embedding of segs[seg]
+  std::uint32_t k = all[segs.front()].offset;  // next embedding of segs[seg]
   int rc = 0;
   while (rc == 0 && seg < segs.size()) {
     const std::uint32_t cap = x.params.n_batch;
@@ -179,14 +190,20 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     mb.seq_ids.resize(cap + 1);
     mb.logits.assign(cap, 0);
     std::uint32_t rows = 0;
+    double depth = 0;  // summed positions of the rows, for the cost model
     std::vector<std::pair<std::size_t, std::uint32_t>> out_rows;  // (segment, row)
     while (rows < cap && seg < segs.size()) {
       const MediaSegment &s = all[segs[seg]];
-      const std::uint32_t n = s.chunk->n_tokens;
+      const std::uint32_t n = s.offset + s.rows;  // end of this segment's embeddings
       const std::uint32_t take = std::min(cap - rows, n - k);
       std::copy_n(s.chunk->embd.data() + std::size_t(k) * n_embd, std::size_t(take) * n_embd,
                   mb.embd.data() + std::size_t(rows) * n_embd);
-      const std::int32_t p0 = s.conv->kv.pos(s.start);
+      // The chunk's first position: inside a recorded M-RoPE jump every cell
+      // has it; else cell i is at that plus i.
+      const std::int32_t p0 =
+          s.offset > 0 && grid_n_pos(*s.chunk) != 0 ? s.conv->kv.pos(s.start)
+                                                     : s.conv->kv.pos(s.start) - static_cast<std::int32_t>(s.offset);
+      depth += take * (s.start + (k - s.offset) + take / 2.0);
       for (std::uint32_t j = 0; j < take; ++j) {
         const std::uint32_t row = rows + j;
         if (n_sections == 1) {
@@ -209,9 +226,10 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
           out_rows.emplace_back(segs[seg], rows - 1);
         }
         ++seg;
-        k = 0;
+        k = seg < segs.size() ? all[segs[seg]].offset : 0;
+      } else {
+        break;  // over n_batch: the rest in the next batch
       }
-      if (take < n && k != 0) break;  // an image over n_batch: alone, piece by piece
     }
     // Sections laid out for `cap` rows; llama.cpp reads them `rows` apart.
     for (std::uint32_t sec = 1; sec < n_sections && rows < cap; ++sec) {
@@ -225,6 +243,7 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     b.seq_id = mb.seq_ids.data();
     b.logits = mb.logits.data();
     x.kv->make_room(rows);  // the prefix cache gives way
+    const double used_before = x.kv->cells_held();
     if (x.staging.size() < outputs + out_rows.size()) x.staging.resize(outputs + out_rows.size());
     lock.unlock();
     if (non_causal) llama_set_causal_attn(x.ctx, false);
@@ -246,10 +265,29 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     ++result.decode_calls;
     ++x.stats.image_batches;
     x.stats.image_decode_s += took;
-    x.media_batch_s = took > x.media_batch_s ? took : 0.8 * x.media_batch_s + 0.2 * took;
+    if (non_causal) {
+      x.media_batch_s = took > x.media_batch_s ? took : 0.8 * x.media_batch_s + 0.2 * took;
+    } else if (rc == 0) {
+      // Causal rows are planned with the tokens: they cost as tokens do
+      // (measured: an embeddings batch and a token batch of the same rows
+      // take the same time on raw llama.cpp).
+      x.cost.observe(rows, x.depth_is_cells ? used_before : depth / rows, took);
+    }
   }
   if (rc != 0) {
-    for (std::size_t i : segs) x.kv->roll_back(all[i].conv->kv);
+    for (std::size_t i : segs) {
+      KvHandle &kv = all[i].conv->kv;
+      const std::uint32_t cut = jump_floor(kv.jumps, kv.n());
+      if (cut == kv.n()) {
+        x.kv->roll_back(kv);
+      } else {
+        // Part of an M-RoPE image is in: its cells share one position, so
+        // what the failed batch left cannot be told from them. The image
+        // goes whole and is queued again.
+        x.kv->truncate(kv, cut);
+        x.requeue_locked(*all[i].conv, cut);
+      }
+    }
     return rc;
   }
   std::size_t o = 0;
@@ -275,7 +313,7 @@ void ExecutorCore::run_media_locked(StepResult &result, std::unique_lock<std::mu
         s.failed = true;
         continue;
       }
-      const std::uint32_t n = s.chunk->n_tokens;
+      const std::uint32_t n = s.rows;
       if (!group.empty()) {
         const MediaSegment &f = media_segments[group.front()];
         if (total + n > ucap || f.chunk->non_causal != s.chunk->non_causal ||
@@ -337,7 +375,7 @@ void ExecutorCore::run_media_locked(StepResult &result, std::unique_lock<std::mu
       s.failed = true;
       post_error_locked(*s.conv, Error(Errc::backend, fmt::format("llama_decode returned {} for image {} of "
                                                                   "conversation {} ({} embeddings at position {})",
-                                                                  rc, s.chunk->id, s.conv->id, s.chunk->n_tokens,
+                                                                  rc, s.chunk->id, s.conv->id, s.rows,
                                                                   s.start)));
       ++result.failed;
     }

@@ -11,7 +11,8 @@
 
 namespace weft::detail {
 
-// The image starting exactly at c's next undecoded position, if any.
+// The image holding c's next undecoded position, if any (a causal one may
+// be partly decoded: it goes in pieces).
 const MediaSpan *media_front(const Conv &c);
 // Queued tokens before the first image still queued (all of them without one).
 std::uint32_t text_run(const Conv &c);

@@ -154,6 +154,7 @@ void ExecutorCore::fork_kv(Conv &child, std::uint64_t source) {
   std::uint32_t n = 0;  // positions the child can take from the source
   if (src != nullptr && src->kv.has_slot()) {
     n = common_prefix(child.history, std::span(src->history).first(std::min(src->n_decoded(), src->kv.n())));
+    n = jump_floor(src->kv.jumps, n);  // part of an M-RoPE image is decoded again, whole
     if (n > 0 && !kv->acquire_slot(child.kv)) {
       if (Conv *v = pick_victim_locked(src, true)) park_locked(*v);
       kv->acquire_slot(child.kv);
@@ -168,6 +169,7 @@ void ExecutorCore::fork_kv(Conv &child, std::uint64_t source) {
   } else if (src != nullptr && src->kv.parked) {
     // A parked source: the child shares its parked data (never stored twice).
     n = common_prefix(child.history, std::span(src->history).first(std::min(src->n_decoded(), src->kv.parked_n)));
+    n = jump_floor(src->kv.jumps, n);
     move_to_queue(child, n);
     if (n > 0) kv->share_parked(src->kv, child.kv);
     return;

@@ -255,6 +255,7 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
     std::uint64_t wanted = 0;
     double depth_sum = 0, depth_weight = 0;
     std::uint32_t no_slot = 0, held_back = 0, generating = 0;
+    std::uint32_t media_rows_wanted = 0;  // candidates whose rows are a causal image's
     std::optional<std::uint64_t> reclaimable;  // cells parking idle ones would free
     for (auto &[id, cp] : convs.all) {
       Conv &c = *cp;
@@ -292,12 +293,15 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
       std::uint32_t queued =
           adapters_used ? c.spans.run(c.n_decoded(), c.n_queued(), c.adapters) : c.n_queued();
       if (!c.media.empty()) {
-        // An image next: planned whole, apart from the tokens (media.cpp).
         if (const MediaSpan *m = media_front(c)) {
-          media_candidate_locked(c, *m);
-          continue;
+          // A non-causal image next: planned whole, apart from the tokens
+          // (media.cpp). A causal one: its rows like a prompt's, in pieces.
+          if (!media_candidate_locked(c, *m)) continue;
+          queued = std::min(queued, m->end() - c.n_decoded());
+          ++media_rows_wanted;
+        } else {
+          queued = std::min(queued, text_run(c));  // text up to the next image
         }
-        queued = std::min(queued, text_run(c));  // text up to the next image
       }
       candidates.push_back({static_cast<std::uint32_t>(plan_convs.size()), queued, room, c.priority,
                             c.turn_since(), c.gen_token_queued});
@@ -328,7 +332,9 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
     if (timed && !candidates.empty()) {
       // Each adapter group is a llama_decode of its own, and each switch
       // re-reserves llama.cpp's graph: what they cost comes off the budget.
-      token_budget = cost.tokens_within(left - group_overhead_locked(depth), depth, token_budget);
+      // Image rows are an embeddings batch of their own: one decode more.
+      const double extra_call = media_rows_wanted > 0 ? cost.predict(1, depth) : 0.0;
+      token_budget = cost.tokens_within(left - group_overhead_locked(depth) - extra_call, depth, token_budget);
     }
     plan_batch(candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, plan);
     if (budget.max_time && adapters_used && !plan.empty()) replan_for_groups_locked(left, depth, token_budget, wanted);
@@ -376,6 +382,18 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
   segments.clear();
   for (const auto &e : plan) {
     Conv &c = *plan_convs[e.index];
+    if (const MediaSpan *m = c.media.empty() ? nullptr : media_front(c)) {
+      // Rows of a causal image: an embeddings batch (media.cpp).
+      media_segments.push_back({.conv = &c,
+                                .chunk = m->chunk,
+                                .epoch = c.epoch,
+                                .start = c.n_decoded(),
+                                .offset = c.n_decoded() - m->begin,
+                                .rows = e.n_tokens,
+                                .adapters = adapters_used ? c.next_adapters() : nullptr,
+                                .output = e.n_tokens == c.n_queued()});
+      continue;
+    }
     segments.push_back({.conv = &c, .n = e.n_tokens, .epoch = c.epoch, .start = c.n_decoded()});
     if (adapters_used) segments.back().adapters = c.next_adapters();
   }

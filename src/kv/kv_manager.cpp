@@ -120,10 +120,11 @@ void KvManager::release(KvHandle &h) {
   h.where = Residency::resident;
 }
 
-void KvManager::commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt, std::uint32_t grid_n_pos) {
+void KvManager::commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt, std::uint32_t grid_n_pos,
+                       std::uint32_t grid_cells) {
   const std::uint32_t from = h.n();
   const auto n = static_cast<std::uint32_t>(tokens.size());
-  if (grid_n_pos != 0) h.jumps.push_back({from, n, grid_n_pos});
+  if (grid_n_pos != 0) h.jumps.push_back({from, std::max(n, grid_cells), grid_n_pos});
   // Room for a whole context at once: no reallocation while it generates.
   if (h.tokens.capacity() < h.tokens.size() + tokens.size()) {
     h.tokens.reserve(std::max<std::size_t>(ledger_.capacity(), h.tokens.size() + tokens.size()));
@@ -138,14 +139,15 @@ void KvManager::commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t
   }
 }
 
-void KvManager::commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t grid_n_pos) {
-  if (grid_n_pos != 0) h.jumps.push_back({h.n(), n, grid_n_pos});
+void KvManager::commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t grid_n_pos, std::uint32_t grid_cells) {
+  if (grid_n_pos != 0) h.jumps.push_back({h.n(), std::max(n, grid_cells), grid_n_pos});
   ledger_.alloc(n, h.cells, h.live);
   h.tokens.insert(h.tokens.end(), n, Token{-1});
 }
 
 void KvManager::truncate(KvHandle &h, std::uint32_t pos) {
   if (h.seq < 0 || pos >= h.n()) return;
+  pos = jump_floor(h.jumps, pos);
   keep_tail(h, pos);
   seq_rm(h.seq, h.pos(pos), -1);
   ledger_.release(std::span(h.cells).subspan(pos), h.live);
@@ -211,6 +213,7 @@ bool KvManager::unshare_tail(KvHandle &h, std::uint32_t from) {
 }
 
 void KvManager::share_prefix(const KvHandle &src, KvHandle &dst, std::uint32_t n) {
+  n = jump_floor(src.jumps, n);  // the caller floors too: an image is shared whole
   if (n == 0) return;
   truncate(dst, 0);  // whatever dst held goes: it starts with src's prefix
   llama_memory_seq_cp(llama_get_memory(ctx_), src.seq, dst.seq, 0, src.pos(n));
@@ -301,8 +304,12 @@ bool KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uin
     seq_rm(seq, -1, -1);
     return false;
   }
-  // The data may hold more positions (rewound while parked): keep n.
-  if (llama_memory_seq_pos_max(mem, seq) >= pos_at(jumps, n)) seq_rm(seq, pos_at(jumps, n), -1);
+  // The data may hold more positions (rewound while parked): keep n. Not
+  // when n ends inside an M-RoPE image (part of it decoded): data taken
+  // then holds exactly n, as cuts fall on an image's edges.
+  if (jump_floor(jumps, n) == n && llama_memory_seq_pos_max(mem, seq) >= pos_at(jumps, n)) {
+    seq_rm(seq, pos_at(jumps, n), -1);
+  }
   return true;
 }
 

@@ -118,16 +118,23 @@ class KvManager {
   // resident (nothing decoded).
   void release(KvHandle &h);
   // `tokens` were decoded into h's next positions, under adapter setting
-  // `salt`: account for them. grid_n_pos: for an M-RoPE image (its cells all
-  // at one position), the positions it advances; 0: one per token.
-  void commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt = 0, std::uint32_t grid_n_pos = 0);
+  // `salt`: account for them. grid_n_pos: when they begin an M-RoPE image
+  // (its cells all at one position), the positions it advances, and
+  // grid_cells its cells (0: as many as `tokens`; more: the image goes in
+  // pieces, the rest committed later with grid_n_pos 0); 0: one per token.
+  void commit(KvHandle &h, std::span<const Token> tokens, std::uint64_t salt = 0, std::uint32_t grid_n_pos = 0,
+              std::uint32_t grid_cells = 0);
   // `n` positions were decoded for input that has changed since: accounted
   // for (until reconcile takes them out), never shared.
-  void commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t grid_n_pos = 0);
-  // Removes positions [pos, end) of h from the cache (keeps the slot).
+  void commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t grid_n_pos = 0, std::uint32_t grid_cells = 0);
+  // Removes positions [pos, end) of h from the cache (keeps the slot). A pos
+  // inside an M-RoPE image removes the whole image (its cells share one
+  // position): h.n() may end below pos.
   void truncate(KvHandle &h, std::uint32_t pos);
   // After a failed or aborted llama_decode: removes whatever llama.cpp kept
-  // of h's sequence beyond what is accounted for.
+  // of h's sequence beyond what is accounted for. Not for h ending inside
+  // an M-RoPE image (what the decode left cannot be told from the image's
+  // cells): truncate to the image's start instead.
   void roll_back(const KvHandle &h);
   // Removes positions [p0, p1) and shifts the rest down, when the cache can
   // shift; moved cells another sequence shares are copied for h first

@@ -80,6 +80,7 @@ std::uint32_t KvManager::reuse(KvHandle &h, std::span<const Token> want, std::ui
 }
 
 bool KvManager::retire(KvHandle &h) {
+  h.exact = jump_floor(h.jumps, h.exact);  // part of an image is not a prefix to share
   if (!reuse_on() || !h.live || h.seq < 0 || h.exact < PrefixIndex::kBlock || covered(h, h.exact)) return false;
   if (h.n() > h.exact) {
     seq_rm(h.seq, h.pos(h.exact), -1);
@@ -108,19 +109,21 @@ bool KvManager::retire(KvHandle &h) {
 }
 
 void KvManager::keep_tail(const KvHandle &h, std::uint32_t pos) {
-  // Only into a slot nobody uses: keeping a rewound tail never evicts.
-  if (!reuse_on() || !h.live || h.exact < pos + PrefixIndex::kBlock || free_seqs_.empty() || covered(h, h.exact)) {
+  // Only into a slot nobody uses: keeping a rewound tail never evicts. Part
+  // of an image is not kept (its cells share one position).
+  const std::uint32_t exact = jump_floor(h.jumps, h.exact);
+  if (!reuse_on() || !h.live || exact < pos + PrefixIndex::kBlock || free_seqs_.empty() || covered(h, exact)) {
     return;
   }
   auto &e = cache_.emplace_back();
   e.kv.live = false;
   e.kv.seq = take_seq(&e.kv);
-  llama_memory_seq_cp(llama_get_memory(ctx_), h.seq, e.kv.seq, 0, h.pos(h.exact));
-  e.kv.jumps = jumps_before(h.jumps, h.exact);
-  e.kv.cells.assign(h.cells.begin(), h.cells.begin() + h.exact);
+  llama_memory_seq_cp(llama_get_memory(ctx_), h.seq, e.kv.seq, 0, h.pos(exact));
+  e.kv.jumps = jumps_before(h.jumps, exact);
+  e.kv.cells.assign(h.cells.begin(), h.cells.begin() + exact);
   ledger_.retain(e.kv.cells, false);
-  e.kv.tokens.assign(h.tokens.begin(), h.tokens.begin() + h.exact);
-  e.kv.exact = h.exact;
+  e.kv.tokens.assign(h.tokens.begin(), h.tokens.begin() + exact);
+  e.kv.exact = exact;
   e.kv.salt = h.salt;
   reindex(e.kv, 0);
   trim_cache();

@@ -72,10 +72,15 @@ void read_media(Reader &r, ConvRecord &c, const char *what, std::uint32_t versio
     m.non_causal = r.flag("image non_causal");
     const auto form = r.get<std::uint8_t>("image form");
     const std::uint64_t end = std::uint64_t(m.begin) + m.n_tokens;
-    if (m.id == 0 || m.n_tokens == 0 || m.begin < next || end > total || (m.begin < n_hist && end > n_hist) ||
-        form > MediaRecord::pcm || (form != MediaRecord::embeddings && (form == MediaRecord::pcm) != m.audio)) {
+    // A causal image may be part-decoded (it goes in pieces); then its
+    // embeddings travel. A non-causal one is decoded whole or not at all.
+    const bool part = m.begin < n_hist && end > n_hist;
+    if (m.id == 0 || m.n_tokens == 0 || m.begin < next || end > total ||
+        (part && (m.non_causal || form != MediaRecord::embeddings)) || form > MediaRecord::pcm ||
+        (form != MediaRecord::embeddings && (form == MediaRecord::pcm) != m.audio)) {
       fail(Errc::corrupt, fmt::format("{}: image {} (id {}) at [{}, {}) form {} does not fit its {} positions ({} "
-                                      "decoded), in order and whole",
+                                      "decoded), in order and whole (a causal one with its embeddings may be part-"
+                                      "decoded)",
                                       what, i, m.id, m.begin, end, form, total, n_hist));
     }
     check_text(m.begin);

@@ -13,8 +13,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "exec/image_fixture.hpp"
 #include "reference.hpp"
@@ -375,5 +378,71 @@ TEST(ImagesMrope, GridInTheStateFormat) {
     ASSERT_EQ(back.images().size(), 1u);
     expect_logits(back, reference({a, parts.before, parts.image, parts.after}), "version 4 with an image");
   }
+}
+
+// A causal image (qwen2-vl's) goes in pieces like a prompt: no step decodes
+// more rows than its max_tokens, an image included, and the history may stop
+// inside the image between steps. There, a fork (it decodes the image again,
+// whole: its cells share one position), a save (full and tokens-only) loaded
+// into another executor, and the conversation itself all end with mtmd's
+// decode of the same input alone.
+TEST(ImagesMrope, CausalImageGoesInPiecesWithinTheBudget) {
+  const auto &f = qwen();
+  const auto &m = f.model;
+  double worst = 0;
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    std::mt19937 rng(70 + seed);
+    weft::Executor ex(m, params(64, f));
+    auto others = neighbours(ex, rng, 3);
+    Scene s;
+    s.text.push_back(random_tokens(rng, m, 2 + static_cast<int>(rng() % 9), true));
+    // At least 4 x 4 cells.
+    s.imgs.push_back(random_image(rng, 120 + static_cast<std::uint32_t>(rng() % 100),
+                                  120 + static_cast<std::uint32_t>(rng() % 100)));
+    s.parts.push_back(tokenize(s.imgs.back(), f));
+    s.text.push_back(random_tokens(rng, m, 1 + static_cast<int>(rng() % 9)));
+    auto c = prompt_scene(ex, s);
+    const auto sp = c.images().at(0);
+    ASSERT_GE(sp.n_tokens, 16u);
+    const std::uint32_t per_step = 3 + seed;
+    bool inside = false;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!inside && !c.has_logits() && std::chrono::steady_clock::now() < until) {
+      const auto r = ex.step({.max_tokens = per_step});
+      ASSERT_LE(r.tokens_decoded, per_step) << "seed " << seed;
+      inside = c.n_decoded() > sp.begin && c.n_decoded() < sp.begin + sp.n_tokens;
+      if (r.idle) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(inside) << "seed " << seed << ": the image never stood part-decoded between steps";
+    const std::uint32_t at = c.n_decoded();
+    EXPECT_THROW(c.rewind(c.n_tokens() - (sp.begin + 1)), weft::Error);  // still no cut inside an image
+    auto fork = c.fork();
+    const auto full = c.save();
+    const auto tokens_only = c.save({.tokens_only = true});
+    EXPECT_EQ(c.n_decoded(), at);
+
+    auto all = others;
+    all.push_back(c);
+    all.push_back(fork);
+    const auto until2 = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!std::all_of(all.begin(), all.end(), [](const auto &x) { return x.has_logits(); }) &&
+           std::chrono::steady_clock::now() < until2) {
+      const auto r = ex.step({.max_tokens = per_step});
+      ASSERT_LE(r.tokens_decoded, per_step) << "seed " << seed;
+      if (r.idle) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const auto input = s.input();
+    expect(c, input, fmt::format("seed {}: in pieces of {}", seed, per_step), &worst);
+    expect(fork, input, fmt::format("seed {}: forked inside the image", seed), &worst);
+
+    weft::Executor other(m, params(32, f));
+    auto back = other.load(full);
+    auto again = other.load(tokens_only);
+    EXPECT_EQ(back.n_decoded(), at);
+    run_until_logits(other, {back, again}, rng, 8);
+    expect(back, input, fmt::format("seed {}: saved inside the image, loaded", seed), &worst);
+    expect(again, input, fmt::format("seed {}: saved inside the image, tokens-only", seed), &worst);
+  }
+  RecordProperty("nmse_worst", fmt::format("{:.3g}", worst));
 }
 #endif  // WEFT_HAVE_MTMD
