@@ -127,6 +127,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // encodes them off the step; null without a projector.
   std::shared_ptr<Projector::Impl> projector;
   std::unique_ptr<MediaEncoder> encoder;
+  // The encoder's activity() (0 without one): a decode that ran beside an
+  // encode shared the cores with it, so the cost model does not learn from it.
+  std::uint64_t encoder_activity() const { return encoder ? encoder->activity() : 0; }
   std::atomic<std::uint64_t> next_media_id{1};
   StepStats stats;
 

@@ -244,6 +244,7 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     b.logits = mb.logits.data();
     x.kv->make_room(rows);  // the prefix cache gives way
     const double used_before = x.kv->cells_held();
+    const std::uint64_t encoder_before = x.encoder_activity();
     if (x.staging.size() < outputs + out_rows.size()) x.staging.resize(outputs + out_rows.size());
     lock.unlock();
     if (non_causal) llama_set_causal_attn(x.ctx, false);
@@ -267,7 +268,7 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     x.stats.image_decode_s += took;
     if (non_causal) {
       x.media_batch_s = took > x.media_batch_s ? took : 0.8 * x.media_batch_s + 0.2 * took;
-    } else if (rc == 0) {
+    } else if (rc == 0 && encoder_before % 2 == 0 && x.encoder_activity() == encoder_before) {
       // Causal rows are planned with the tokens: they cost as tokens do
       // (measured: an embeddings batch and a token batch of the same rows
       // take the same time on raw llama.cpp).

@@ -36,6 +36,11 @@ std::size_t MediaEncoder::pending() const {
   return queue_.size() + busy_;
 }
 
+std::uint64_t MediaEncoder::activity() const {
+  std::lock_guard lock(mu_);
+  return counters_.encoded * 2 + (queue_.size() + busy_ > 0 ? 1 : 0);
+}
+
 MediaEncoder::Counters MediaEncoder::counters() const {
   std::lock_guard lock(mu_);
   return counters_;

@@ -37,6 +37,10 @@ class MediaEncoder {
   void push(std::shared_ptr<MediaChunk> m);
   // Images queued or being encoded.
   std::size_t pending() const;
+  // Changes whenever an image is done; odd while any is queued or being
+  // encoded. Equal and even before and after a decode: the encoder left the
+  // cores to it all along.
+  std::uint64_t activity() const;
   struct Counters {
     std::uint64_t encoded = 0;  // images the encoder ran on (failed ones included)
     double seconds = 0;         // its time on them

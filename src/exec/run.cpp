@@ -39,6 +39,10 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
   // the conversations that waited longest.
   const bool has_deadline = budget.deadline.has_value();
   const std::uint32_t cap = has_deadline ? params.n_ubatch : params.n_batch;
+  // The step's images went before (run_media_locked): the first token
+  // micro-batch completes all the same, or an image that overran would
+  // leave every generating conversation without a token that step.
+  const std::uint32_t media_decoded = result.tokens_decoded;
   std::size_t cursor = 0;  // next segment to slice from
   parts.clear();
   auto &stack = work_ranges;  // [begin, end) ranges of `parts` still to decode
@@ -65,7 +69,7 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
       if (parts.size() == begin) return false;  // the plan is done
       // Between micro-batches; the first always runs (a deadline that had
       // passed when the step began was handled in step()).
-      if (has_deadline && result.tokens_decoded > 0 && Clock::now() >= *budget.deadline) return true;
+      if (has_deadline && result.tokens_decoded > media_decoded && Clock::now() >= *budget.deadline) return true;
       stack.push_back({begin, parts.size()});
     }
     const auto [lo, hi] = stack.back();
@@ -130,11 +134,12 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
       continue;
     }
     const double used_before = kv->cells_held();  // the cells attention spans, without flash attention
+    const std::uint64_t encoder_before = encoder_activity();
     aborted.store(false, std::memory_order_relaxed);
     // The first micro-batch of a step always completes, so every step makes
     // progress even when one micro-batch alone overruns the deadline; later
     // ones are aborted in flight once it passes.
-    const bool arm = has_deadline && result.tokens_decoded > 0;
+    const bool arm = has_deadline && result.tokens_decoded > media_decoded;
     abort_deadline_ns.store(arm ? to_ns(*budget.deadline) : 0, std::memory_order_relaxed);
     lock.unlock();
     const auto d0 = Clock::now();
@@ -165,18 +170,20 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
     }
     result.decode_seconds += took;
     ++result.decode_calls;
+    // An encode beside this decode took cores from it: not what a decode costs.
+    const bool learn = encoder_before % 2 == 0 && encoder_activity() == encoder_before;
 
     if (rc == 0) {
       const double d = depth_is_cells ? used_before : depth / static_cast<double>(b.n_tokens);
       double t = took;
-      if (switched) {
+      if (switched && learn) {
         // The switch's graph reserve ran inside this decode: learnt apart,
         // so the per-token model stays that of a plain decode.
         const double before = cost.switch_seconds();
         cost.observe_switch(took - cost.predict(static_cast<std::uint32_t>(b.n_tokens), d));
         t = std::max(took - before, took * 0.1);
       }
-      cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, t);
+      if (learn) cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, t);
       for (std::size_t i = lo; i < hi; ++i) {
         if (!segments[parts[i].seg].failed) commit_part(parts[i], result);
       }
@@ -192,7 +199,7 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
       // more than predicted, the cost model learns it (else a chunk that
       // does not fit would be planned, and aborted, every step).
       const double d = depth_is_cells ? used_before : depth / std::max(1, b.n_tokens);
-      if (took > cost.predict(static_cast<std::uint32_t>(b.n_tokens), d)) {
+      if (learn && took > cost.predict(static_cast<std::uint32_t>(b.n_tokens), d)) {
         cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, took);
       }
       return true;

@@ -94,7 +94,18 @@ double CostModel::predict(std::uint32_t tokens, double kv_depth) const {
   // nearest smaller size seen took plus the line's cost of the extra tokens
   // (if that is more than the line), so a size the line under-predicts
   // lifts the sizes above it until they are seen.
-  if (seen_[tokens].n != 0) return std::max(seen_cost(tokens, kv_depth), kMinPerToken * tokens);
+  if (seen_[tokens].n != 0) {
+    // Never more than the same tokens in smaller decodes seen: one slow
+    // decode of a size (the machine busy that moment) would otherwise keep
+    // the plans below it for good, as that size is then never decoded again.
+    // From 2 tokens up only: one token runs other kernels (a vector, not a
+    // matrix product) and two can cost more than twice one.
+    double c = seen_cost(tokens, kv_depth);
+    for (std::uint32_t m = 2; m < tokens; ++m) {
+      if (seen_[m].n != 0) c = std::min(c, ((tokens + m - 1) / m) * seen_cost(m, kv_depth));
+    }
+    return std::max(c, kMinPerToken * tokens);
+  }
   for (std::uint32_t n = tokens - 1; n >= 1; --n) {
     if (seen_[n].n != 0) return std::max(y, seen_cost(n, kv_depth) + y - line(n, kv_depth));
   }

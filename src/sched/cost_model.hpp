@@ -20,6 +20,10 @@
 // line, if more), so a size the line under-predicts lifts those above it;
 // and tokens_within() plans a small size never decoded only up to twice the
 // largest that was (1 on a cold model), so a budget explores by doubling.
+// A size seen is never predicted above ceil(n/m) times a smaller size m >= 2
+// seen (the same tokens in smaller decodes): one slow decode of it (the
+// machine busy that moment, an encoder thread beside it) must not hold the
+// plans below it for good, since a size planned no more is seen no more.
 // The depth is what attention spans, which the caller knows: the cells in
 // use without flash attention (every token attends over them), the mean
 // position of the batch's tokens with it (not of its conversations: a chunk

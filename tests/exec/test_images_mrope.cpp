@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "exec/image_fixture.hpp"
+#include "exec/test_access.hpp"
 #include "reference.hpp"
 #include "state/state_codec.hpp"
 
@@ -444,5 +445,59 @@ TEST(ImagesMrope, CausalImageGoesInPiecesWithinTheBudget) {
     expect(again, input, fmt::format("seed {}: saved inside the image, tokens-only", seed), &worst);
   }
   RecordProperty("nmse_worst", fmt::format("{:.3g}", worst));
+}
+
+// An image's rows go before the step's tokens. When they overrun the step's
+// deadline, the first token micro-batch still completes: every generating
+// conversation gets its token that step (else a slow image would leave them
+// all without one, step after step).
+TEST(ImagesMrope, AnImageThatOverrunsTheDeadlineLeavesTheTokensTheirTurn) {
+  const auto &f = qwen();
+  const auto &m = f.model;
+  std::mt19937 rng(91);
+  weft::Executor ex(m, params(64, f));
+  std::vector<weft::Conversation> talkers;
+  std::vector<weft::Generation> gens;
+  for (int i = 0; i < 3; ++i) {
+    talkers.push_back(ex.create());
+    talkers.back().prompt(random_tokens(rng, m, 4 + i, true));
+  }
+  run_until_logits(ex, talkers, rng, 16);
+  for (auto &t : talkers) gens.push_back(t.generate({.max_tokens = 1000}));
+  Scene s;
+  s.text.push_back(random_tokens(rng, m, 3, true));
+  s.imgs.push_back(random_image(rng, 200, 200));
+  s.parts.push_back(tokenize(s.imgs.back(), f));
+  s.text.push_back(random_tokens(rng, m, 2));
+  auto c = prompt_scene(ex, s);
+  const auto sp = c.images().at(0);
+  // The image's embeddings batches take 30 ms; the deadline is 5 ms.
+  std::atomic<int> slow{0};
+  weft::detail::set_decode_hook(ex, [&](const llama_batch &b) {
+    if (b.embd != nullptr) {
+      ++slow;
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    return 0;
+  });
+  int steps_with_image = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (c.n_decoded() < sp.begin + sp.n_tokens && std::chrono::steady_clock::now() < until) {
+    std::vector<std::uint32_t> before;
+    for (auto &g : gens) before.push_back(g.n_tokens());
+    const int slow_before = slow.load();
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = ex.step({.max_tokens = 8, .deadline = t0 + std::chrono::milliseconds(5)});
+    if (slow.load() == slow_before) {
+      if (r.idle) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    ++steps_with_image;
+    for (std::size_t i = 0; i < gens.size(); ++i) {
+      EXPECT_EQ(gens[i].n_tokens(), before[i] + 1) << "talker " << i << " in a step whose image overran";
+    }
+  }
+  EXPECT_GE(steps_with_image, 1);
+  EXPECT_EQ(c.n_decoded(), sp.begin + sp.n_tokens);
 }
 #endif  // WEFT_HAVE_MTMD

@@ -418,3 +418,22 @@ TEST(Deadline, FirstMicroBatchAlwaysCompletes) {
   EXPECT_EQ(r.tokens_decoded, 8u);
   EXPECT_EQ(c.n_decoded(), 8u);
 }
+
+// One slow decode of a size (the machine busy that moment: an encoder
+// thread, another process) must not keep the plans below that size for good:
+// a size no longer planned is no longer seen, so its estimate would never
+// come down. It is bounded by the same tokens in smaller decodes seen.
+TEST(CostModel, OneSlowDecodeDoesNotHoldThePlansBelowItForGood) {
+  weft::detail::CostModel cm;
+  for (int i = 0; i < 50; ++i) {
+    for (std::uint32_t n : {1u, 2u, 3u}) cm.observe(n, 300, 0.4e-3 + 0.2e-3 * n);
+  }
+  cm.observe(4, 300, 40e-3);  // once, slow
+  const std::uint32_t before_bound = 3;
+  // 4 tokens are at most two decodes of 3 (2 ms); 4 ms holds them.
+  EXPECT_LE(cm.predict(4, 300), 2 * cm.predict(3, 300) + 1e-9);
+  EXPECT_GT(cm.tokens_within(4e-3, 300, 64), before_bound);
+  // Seen again at its usual cost, the size plans as before the outlier.
+  for (int i = 0; i < 20; ++i) cm.observe(4, 300, 1.2e-3);
+  EXPECT_NEAR(cm.predict(4, 300), 1.2e-3, 0.1e-3);
+}

@@ -54,7 +54,18 @@ void ImageArrivals::before_step(weft::Executor &ex, unsigned f, std::mt19937_64 
   ++arrived_;
 }
 
-void ImageArrivals::after_step(unsigned f) {
+bool ImageArrivals::encoding() const {
+  for (const auto &a : live_) {
+    for (const auto &sp : a.conv.images()) {
+      if (!sp.encoded) return true;
+    }
+  }
+  return false;
+}
+
+void ImageArrivals::after_step(unsigned f, double ms, bool encoding, double budget_ms) {
+  (encoding ? steps_encoding_ms_ : steps_quiet_ms_).push_back(ms);
+  if (budget_ms > 0 && ms > 1.1 * budget_ms) ++(encoding ? over_encoding_ : over_quiet_);
   std::erase_if(live_, [&](Arrival &a) {
     if (a.gen.n_tokens() == 0 && !a.gen.done()) return false;
     if (a.gen.n_tokens() > 0) {
@@ -80,7 +91,13 @@ nlohmann::json ImageArrivals::summary(const weft::ExecutorStats &st) const {
                    {"prompt_image_call_ms_max", percentile(prompt_call_ms_, 100)},
                    {"image_first_token_frames_median", percentile(first_token_frames_, 50)},
                    {"image_first_token_frames_max", percentile(first_token_frames_, 100)},
-                   {"images_without_token", without_token_ + live_.size()}};
+                   {"images_without_token", without_token_ + live_.size()},
+                   {"steps_encoding", steps_encoding_ms_.size()},
+                   {"steps_encoding_p99_ms", percentile(steps_encoding_ms_, 99)},
+                   {"steps_encoding_over_budget", over_encoding_},
+                   {"steps_quiet_p99_ms", percentile(steps_quiet_ms_, 99)},
+                   {"steps_quiet_max_ms", percentile(steps_quiet_ms_, 100)},
+                   {"steps_quiet_over_budget", over_quiet_}};
   return j;
 }
 

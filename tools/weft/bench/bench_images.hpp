@@ -41,8 +41,11 @@ class ImageArrivals {
   // Before frame f's step: maybe one arrives. Projector::prepare (which a
   // game may run on any thread) and prompt_image(prepared) are timed apart.
   void before_step(weft::Executor &ex, unsigned f, std::mt19937_64 &rng, std::int32_t n_vocab);
-  // After frame f's step.
-  void after_step(unsigned f);
+  // Whether a picture shown is still being encoded (the encoder thread
+  // shares the cores with the step): asked before each step.
+  bool encoding() const;
+  // After frame f's step, which took `ms` (with encoding() before it).
+  void after_step(unsigned f, double ms, bool encoding, double budget_ms);
   // The run's numbers, with the executor's image stats.
   nlohmann::json summary(const weft::ExecutorStats &st) const;
 
@@ -56,6 +59,9 @@ class ImageArrivals {
   unsigned every_, side_, text_;
   std::vector<Arrival> live_;
   std::vector<double> first_token_frames_, prepare_ms_, prompt_call_ms_;
+  // Step times apart: while the encoder ran beside the step, and not.
+  std::vector<double> steps_encoding_ms_, steps_quiet_ms_;
+  unsigned over_encoding_ = 0, over_quiet_ = 0;  // steps over 1.1 x the budget
   unsigned arrived_ = 0, without_token_ = 0;
 };
 

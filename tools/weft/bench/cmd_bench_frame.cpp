@@ -148,6 +148,7 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool
       decoded_before.push_back(a.conv.n_decoded());
     }
     pictures.before_step(ex, f, rng, n_vocab);
+    const bool encoding = images && pictures.encoding();
     const auto frame_start = steady_clock::now();
     weft::StepBudget b;
     if (budget_ms > 0) {
@@ -161,7 +162,7 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool
     r.tokens_decoded += res.tokens_decoded;
     r.tokens_sampled += res.tokens_sampled;
     r.deadline_hits += res.deadline_hit ? 1 : 0;
-    pictures.after_step(f);
+    pictures.after_step(f, ms, encoding, budget_ms);
 
     // NPCs: a frame without a newly sampled token extends the NPC's wait. A
     // talker that finished keeps talking, so the load stays.
@@ -428,6 +429,11 @@ void run(Opts &o) {
                  s["prompt_image_call_ms_max"].get<double>(),
                  s["image_first_token_frames_median"].get<double>(), s["image_first_token_frames_max"].get<double>(),
                  s["images_without_token"].get<std::uint64_t>());
+      fmt::print("    steps while a picture was encoding (the encoder thread beside the step on these cores): {}, "
+                 "p99 {:.2f} ms, {} over 1.1 B; the other steps: p99 {:.2f} ms, max {:.2f} ms, {} over 1.1 B\n",
+                 s["steps_encoding"].get<std::uint64_t>(), s["steps_encoding_p99_ms"].get<double>(),
+                 s["steps_encoding_over_budget"].get<unsigned>(), s["steps_quiet_p99_ms"].get<double>(),
+                 s["steps_quiet_max_ms"].get<double>(), s["steps_quiet_over_budget"].get<unsigned>());
     }
   }
   if (!o.json.empty()) {
