@@ -159,6 +159,11 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // for it included): the larger of the last and a running mean; 0 before
   // the first.
   double media_batch_s = 0;
+  // Steps with causal image rows: their two decodes as predicted (seconds,
+  // 0 for a step without; schedule.cpp), and how much longer such a step's
+  // decodes run than predicted (a running 99th percentile, as
+  // CostModel::margin; step.cpp learns it).
+  double image_step_need = 0, image_step_margin = 1.25;
   struct MediaBatch {
     std::vector<float> embd;
     std::vector<std::int32_t> pos, n_seq_id, seq_id;
@@ -272,6 +277,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // its graph for the batch and again after it) fits, or once overdue; the
   // time it takes comes off time_left.
   void plan_media_locked(std::uint32_t &token_budget, std::uint32_t &free_cells, double *time_left);
+  // After plan_batch under a time budget, when causal image rows are among
+  // the candidates: shrinks the plan until its token batch and its
+  // embeddings batch, predicted apart, fit `seconds` (schedule.cpp).
+  void fit_image_rows_locked(double seconds, double depth, std::uint32_t &token_budget, std::uint32_t free_cells);
   // Decodes media_segments in embeddings batches (mu released around each
   // llama_decode) and commits them.
   void run_media_locked(StepResult &result, std::unique_lock<std::mutex> &lock);

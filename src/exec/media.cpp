@@ -268,10 +268,10 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     x.stats.image_decode_s += took;
     if (non_causal) {
       x.media_batch_s = took > x.media_batch_s ? took : 0.8 * x.media_batch_s + 0.2 * took;
-    } else if (rc == 0 && encoder_before % 2 == 0 && x.encoder_activity() == encoder_before) {
-      // Causal rows are planned with the tokens: they cost as tokens do
-      // (measured: an embeddings batch and a token batch of the same rows
-      // take the same time on raw llama.cpp).
+    } else if (rc == 0 && rows > 1 && encoder_before % 2 == 0 && x.encoder_activity() == encoder_before) {
+      // Causal rows are planned with the tokens' cost model: an embeddings
+      // batch of two rows or more costs what a token batch of its rows does
+      // (raw llama.cpp; within ~10% in weft), so it learns from them too.
       x.cost.observe(rows, x.depth_is_cells ? used_before : depth / rows, took);
     }
   }

@@ -243,6 +243,49 @@ void ExecutorCore::reuse_locked(Conv &c) {
   c.has_logits = false;
 }
 
+void ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::uint32_t &token_budget,
+                                         std::uint32_t free_cells) {
+  // Image rows go in an embeddings batch of their own: two decodes, each
+  // with its own fixed cost, where the budget was sized for one. An
+  // embeddings row costs what a token row does (raw llama.cpp, measured), so
+  // each decode is predicted by the token model; the plan shrinks until both
+  // fit (a few rounds at most: each scales the budget by what fits).
+  // The two decodes of such steps ran image_step_margin longer than this
+  // predicts (learnt in step.cpp), so that is planned for.
+  const auto split = [&] {
+    std::uint32_t rows = 0, tokens = 0;
+    for (const auto &e : plan) {
+      const Conv &c = *plan_convs[e.index];
+      (c.media.empty() || media_front(c) == nullptr ? tokens : rows) += e.n_tokens;
+    }
+    return std::pair{tokens, rows};
+  };
+  const auto predict = [&](std::uint32_t n) { return n == 0 ? 0.0 : cost.predict(n, depth); };
+  for (int round = 0; round < 4 && token_budget > 1; ++round) {
+    const auto [tokens, rows] = split();
+    if (rows == 0) break;
+    const double need = (predict(tokens) + predict(rows)) * image_step_margin;
+    if (need <= seconds) break;
+    token_budget = std::max(1u, static_cast<std::uint32_t>(token_budget * std::max(0.0, seconds) / need));
+    plan_batch(candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, plan);
+  }
+  // A piece of one row costs far more than one row of a larger piece (on
+  // npc at 3,400 cells: 3.4 ms against 2.0 ms for two rows, measured): an
+  // image with rows left gets two where the budget has a token to spare.
+  std::uint32_t planned = 0;
+  for (const auto &e : plan) planned += e.n_tokens;
+  for (auto &e : plan) {
+    const Conv &c = *plan_convs[e.index];
+    const MediaSpan *m = c.media.empty() ? nullptr : media_front(c);
+    if (m != nullptr && e.n_tokens == 1 && m->end() - c.n_decoded() > 1 && planned < std::min(token_budget, free_cells)) {
+      ++e.n_tokens;
+      ++planned;
+    }
+  }
+  const auto [tokens, rows] = split();
+  image_step_need = rows > 0 ? predict(tokens) + predict(rows) : 0.0;
+}
+
 bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t0, StepResult &result,
                                    std::unique_lock<std::mutex> &lock) {
   for (int attempt = 0;; ++attempt) {
@@ -332,11 +375,13 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
     if (timed && !candidates.empty()) {
       // Each adapter group is a llama_decode of its own, and each switch
       // re-reserves llama.cpp's graph: what they cost comes off the budget.
-      // Image rows are an embeddings batch of their own: one decode more.
-      const double extra_call = media_rows_wanted > 0 ? cost.predict(1, depth) : 0.0;
-      token_budget = cost.tokens_within(left - group_overhead_locked(depth) - extra_call, depth, token_budget);
+      token_budget = cost.tokens_within(left - group_overhead_locked(depth), depth, token_budget);
     }
     plan_batch(candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, plan);
+    image_step_need = 0;
+    if (timed && media_rows_wanted > 0) {
+      fit_image_rows_locked(left - group_overhead_locked(depth), depth, token_budget, free_cells);
+    }
     if (budget.max_time && adapters_used && !plan.empty()) replan_for_groups_locked(left, depth, token_budget, wanted);
     const bool pressure = kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted);
     result.blocked = no_slot + held_back;

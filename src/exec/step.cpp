@@ -74,8 +74,17 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     result.idle = result.tokens_sampled == 0 && moves.parks + moves.restores + moves.recomputes == moves_before &&
                   !may_age && convs.dirty.empty();
   } else {
+    const std::uint64_t encoder_before = encoder_activity();
     run_media_locked(result, lock);  // images whose embeddings the encoder made
     result.deadline_hit = run_locked(budget, result, lock);
+    if (image_step_need > 0 && !result.deadline_hit && result.failed == 0 && encoder_before % 2 == 0 &&
+        encoder_activity() == encoder_before) {
+      // As CostModel::margin: up fast when such a step's decodes overran
+      // their prediction, down slowly when they did not.
+      const double ratio = result.decode_seconds / image_step_need;
+      image_step_margin = ratio > image_step_margin ? 0.5 * (image_step_margin + ratio)
+                                                     : std::max(1.0, image_step_margin - 0.002);
+    }
     if (result.deadline_hit) ++stats.deadline_stops;
     stats.tokens_decoded += result.tokens_decoded;
     sample_phase(result, lock);
