@@ -65,5 +65,13 @@ WEFT_API ReplyCheck check_npc_replies_file(const std::string &path);
 // player's line: a reply of the wrong kind stays possible. Throws
 // Errc::invalid_argument for an unknown role or an empty name. Pure.
 WEFT_API std::string npc_reply_grammar(const std::string &name, const std::string &role);
+// The same, narrowed to the lines that answer `player_line` (the kind of line
+// the checker asks of a reply to it: a greeting for a greeting, a word on
+// business for "How is business?"), which a game knows as it wrote the line.
+// The model still writes every detail (name, goods, prices, places). A line
+// the corpus would not write (another question, free text): all the role's
+// lines, as above. Throws as above. Pure.
+WEFT_API std::string npc_reply_grammar(const std::string &name, const std::string &role,
+                                       const std::string &player_line);
 
 }  // namespace weft

@@ -213,6 +213,15 @@ std::optional<Player> parse_player(const std::string &line, const std::string &n
   return std::nullopt;
 }
 
+}  // namespace
+
+std::optional<detail::npc::Kind> detail::npc::player_kind(const std::string &line, const std::string &npc) {
+  const auto p = parse_player(line, npc);
+  return p ? std::optional<Kind>(p->kind) : std::nullopt;
+}
+
+namespace {
+
 std::string capture(const Captures &caps, Slot s) {
   for (const auto &[slot, v] : caps) {
     if (slot == s) return v;

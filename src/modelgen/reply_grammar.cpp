@@ -96,12 +96,18 @@ bool has_good(const Template &t) {
 }  // namespace
 
 std::string npc_reply_grammar(const std::string &name, const std::string &role_title) {
+  return npc_reply_grammar(name, role_title, std::string());
+}
+
+std::string npc_reply_grammar(const std::string &name, const std::string &role_title, const std::string &player_line) {
   const auto &rs = roles();
   const auto it = std::find_if(rs.begin(), rs.end(), [&](const Role &r) { return role_title == r.title; });
   if (it == rs.end()) detail::fail(Errc::invalid_argument, fmt::format("unknown npc role \"{}\"", role_title));
   if (name.empty()) detail::fail(Errc::invalid_argument, "npc_reply_grammar: the NPC's name is empty");
   std::vector<std::string> lines;
+  const auto asked = player_line.empty() ? std::nullopt : detail::npc::player_kind(player_line, name);
   for (const auto &t : npc_templates()) {
+    if (asked && t.kind != *asked) continue;  // it would not answer the player's line
     if (!has_good(t)) {
       // A quest's creature takes "A"/"An" too; the checker asks no more of it.
       lines.push_back(sequence(t, *it, name, nullptr));

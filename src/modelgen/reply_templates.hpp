@@ -3,6 +3,7 @@
 // against them and the reply grammar (reply_grammar.cpp) turns them into GBNF.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,9 @@ struct Template {
 // Every NPC sentence shape of the corpus writer, tagged with the kind of
 // player line it answers. Immutable; thread-safe.
 const std::vector<Template> &npc_templates();
+
+// The kind of a player line said to NPC `npc`, as the checker reads it;
+// nullopt for a line the corpus would not write. Pure.
+std::optional<Kind> player_kind(const std::string &line, const std::string &npc);
 
 }  // namespace weft::detail::npc

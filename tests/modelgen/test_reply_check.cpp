@@ -146,3 +146,26 @@ TEST(ReplyCheck, ReplyGrammarIsPerRoleAndRefusesUnknownRoles) {
   EXPECT_NE(g.find("\"Brenna\""), std::string::npos);
   EXPECT_TRUE(throws_weft([] { weft::npc_reply_grammar("Brenna", "jester"); }, weft::Errc::invalid_argument, "jester"));
 }
+
+// Narrowed to the player's line: only the lines of the kind the checker asks
+// of a reply to it; an unknown player line narrows nothing.
+TEST(ReplyCheck, ReplyGrammarForAPlayerLineKeepsTheLinesThatAnswerIt) {
+  const std::string all = weft::npc_reply_grammar("Tobias", "merchant");
+  const std::string business = weft::npc_reply_grammar("Tobias", "merchant", "How is business?");
+  const std::string greeting = weft::npc_reply_grammar("Tobias", "merchant", "Hello, Tobias.");
+  for (const auto *g : {&all, &business}) EXPECT_NE(g->find("Business is"), std::string::npos);
+  EXPECT_NE(all.find("come back when your purse is heavier"), std::string::npos);
+  EXPECT_EQ(business.find("come back when your purse is heavier"), std::string::npos);  // answers a haggle, not this
+  EXPECT_EQ(greeting.find("Business is"), std::string::npos);
+  EXPECT_LT(business.size(), all.size());
+  EXPECT_LT(greeting.size(), all.size());
+  EXPECT_EQ(weft::npc_reply_grammar("Tobias", "merchant", "Sing me a song about dragons."), all);
+  EXPECT_EQ(weft::npc_reply_grammar("Tobias", "merchant", ""), all);
+  EXPECT_TRUE(throws_weft([] { weft::npc_reply_grammar("Tobias", "jester", "How is business?"); },
+                          weft::Errc::invalid_argument, "jester"));
+  // Each is a transcript the checker passes when its reply is one of those lines.
+  const auto r = weft::check_npc_replies(
+      "Tobias is the merchant of Eldermoor.\nPlayer: How is business?\n"
+      "Tobias: I buy cheap in the city and sell fair here. Business is good this season.\n");
+  EXPECT_DOUBLE_EQ(r.share(), 1.0);
+}

@@ -136,7 +136,7 @@ void add_demo(CLI::App &app) {
     std::uint64_t script_seed = 1000;
     int threads = 0, top_k = 20;
     float temperature = 0.0f, top_p = 0.9f, repeat_penalty = 1.0f;
-    bool plain = false, check = false, grammar = true;
+    bool plain = false, check = false, grammar = true, grammar_answers = true;
   };
   auto o = std::make_shared<Opts>();
   auto *cmd = app.add_subcommand("demo", "NPC dialogues generating together on one context, with a live view: each NPC "
@@ -160,7 +160,11 @@ void add_demo(CLI::App &app) {
   cmd->add_flag("--plain", o->plain, "No live view (also when stdout is not a terminal)");
   cmd->add_option("--grammar", o->grammar,
                   "Constrain each NPC's replies to the corpus's lines for its role (weft::npc_reply_grammar; derived "
-                  "from the corpus, not from the player's line); only with the npc model")
+                  "from the corpus); only with the npc model")
+      ->capture_default_str();
+  cmd->add_option("--grammar-answers", o->grammar_answers,
+                  "With --grammar: only the lines that answer the player's line (its kind, as the checker reads it; "
+                  "the model writes the details)")
       ->capture_default_str();
   cmd->add_flag("--check", o->check, "Judge every NPC reply against the corpus grammar (weft corpus --check)");
   cmd->add_option("--transcripts", o->transcripts, "Also write the transcripts to this file");
@@ -200,7 +204,10 @@ void add_demo(CLI::App &app) {
     auto reply = [&](Live &n, unsigned i) {
       auto sp = sampler;
       sp.seed = o->seed + i * 7919u + static_cast<unsigned>(n.turn);
-      if (use_grammar) sp.grammar = weft::npc_reply_grammar(n.npc.name, n.npc.role);
+      if (use_grammar) {
+        sp.grammar = o->grammar_answers ? weft::npc_reply_grammar(n.npc.name, n.npc.role, n.npc.player[n.turn])
+                                        : weft::npc_reply_grammar(n.npc.name, n.npc.role);
+      }
       // One NPC line per turn: it ends at the newline, where the player speaks.
       n.gen = n.conv.generate({.max_tokens = o->max_tokens, .sampler = sp, .stop = {"\n"}});
     };
