@@ -175,6 +175,34 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
 
 ExecutorCore::~ExecutorCore() { free_context(); }
 
+llama_context *ExecutorCore::media_context() {
+  if (media_ctx_tried) return media_ctx;
+  media_ctx_tried = true;
+  // The main context's cache types and attention kernel, so the KV data of
+  // one loads in the other; one sequence, as long as a conversation may be.
+  auto cp = llama_context_default_params();
+  cp.n_ctx = std::min<std::uint32_t>(n_ctx, static_cast<std::uint32_t>(std::max(4096, model.n_ctx_train())));
+  cp.n_batch = params.n_batch;
+  cp.n_ubatch = params.n_batch;  // an image is decoded in one micro-batch
+  cp.n_seq_max = kMediaSeqs;
+  cp.kv_unified = true;  // the conversations of a batch share its cells
+  cp.n_threads = llama_n_threads(ctx);
+  cp.n_threads_batch = llama_n_threads_batch(ctx);
+  cp.type_k = to_ggml(params.kv_type);
+  cp.type_v = to_ggml(params.kv_type);
+  cp.flash_attn_type = to_llama(params.flash_attn, model, params.kv_type);
+  cp.no_perf = true;
+  take_llama_error();
+  media_ctx = llama_init_from_model(model.impl()->model, cp);
+  if (media_ctx == nullptr) {
+    log_warning(fmt::format("no second context for non-causal images ({}): they flip the main one's attention",
+                            take_llama_error()));
+    return nullptr;
+  }
+  llama_set_causal_attn(media_ctx, false);
+  return media_ctx;
+}
+
 void ExecutorCore::free_context() {
   kv.reset();
   if (batch != nullptr) {
@@ -182,6 +210,8 @@ void ExecutorCore::free_context() {
     delete batch;
     batch = nullptr;
   }
+  if (media_ctx != nullptr) llama_free(media_ctx);
+  media_ctx = nullptr;
   if (ctx != nullptr) llama_free(ctx);
   ctx = nullptr;
 }

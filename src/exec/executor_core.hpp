@@ -107,6 +107,15 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   Model model;
   ExecutorParams params;
   llama_context *ctx = nullptr;
+  // Non-causal images (gemma3) are decoded here, a second context of the
+  // model kept non-causal, so `ctx` never flips its attention (each flip
+  // re-reserves llama.cpp's graphs: 6 ms on npc). Made on first use; null
+  // until then, or when it could not be made (then `ctx` flips). media.cpp.
+  llama_context *media_ctx = nullptr;
+  bool media_ctx_tried = false;
+  static constexpr std::uint32_t kMediaSeqs = 8;  // images media_ctx decodes in one batch
+  // media_ctx, made on the first call (executor.cpp); null when it cannot be.
+  llama_context *media_context();
   llama_batch *batch = nullptr;  // n_batch tokens, one seq id each
   std::uint32_t n_ctx = 0;
   std::int32_t n_vocab = 0;

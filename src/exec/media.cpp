@@ -104,8 +104,10 @@ void ExecutorCore::plan_media_locked(std::uint32_t &token_budget, std::uint32_t 
     // has waited kAgingSteps steps.
     const bool overdue = media_segments.empty() && stats.steps - c->turn_since() >= kAgingSteps;
     if (n > token_budget && !overdue) continue;
-    // The first image of a step pays for the batch (later ones share it).
-    const double batch_s = media_segments.empty() ? 2 * media_batch_s : 0;
+    // The first image of a step pays for the batch (later ones share it),
+    // and for the flips of this context's attention unless the second
+    // context decodes it.
+    const double batch_s = media_segments.empty() ? (media_ctx != nullptr ? 1 : 2) * media_batch_s : 0;
     if (time_left != nullptr && batch_s > *time_left && !overdue) continue;
     if (time_left != nullptr) *time_left -= batch_s;
     media_segments.push_back({.conv = c,
@@ -160,13 +162,41 @@ void commit_media(ExecutorCore &x, MediaSegment &s, std::vector<float> *logits, 
 
 // decode_group's code when the model's RPC peer failed: not llama.cpp's.
 constexpr int kPeerLost = -1000;
+int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResult &result,
+                 std::unique_lock<std::mutex> &lock, bool side_ok = true);
+
+// Non-causal images through the second context (media_side.cpp), committed
+// here; one whose cells find no room in this context goes through it.
+int decode_side(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResult &result,
+                std::unique_lock<std::mutex> &lock) {
+  auto &all = x.media_segments;
+  std::vector<std::vector<std::uint8_t>> images;
+  double took = 0;
+  if (const int rc = decode_in_media_ctx(x, segs, images, took, lock); rc != 0) return rc;
+  if (!x.model.impl()->failure().empty()) return kPeerLost;  // an RPC peer failed meanwhile: nothing committed
+  ++x.stats.image_batches;
+  x.stats.image_decode_s += took;
+  result.decode_seconds += took;
+  ++result.decode_calls;
+  x.media_batch_s = took > x.media_batch_s ? took : 0.8 * x.media_batch_s + 0.2 * took;
+  for (std::size_t j = 0; j < segs.size(); ++j) {
+    MediaSegment &s = all[segs[j]];
+    if (!x.kv->append_data(s.conv->kv, images[j], s.rows)) {
+      // No room for the copy now: this one goes through the main context.
+      if (const int r = decode_group(x, std::vector<std::size_t>{segs[j]}, result, lock, false); r != 0) return r;
+      continue;
+    }
+    commit_media(x, s, s.output ? &x.staging[j] : nullptr, result);
+  }
+  return 0;
+}
 
 // Decodes the images `segs` (of media_segments) together; an image longer
 // than n_batch goes in n_batch pieces, as mtmd_helper_decode_image_chunk
 // splits it. Commits them on success; on failure takes their cells out again
 // and returns the llama_decode code.
 int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResult &result,
-                 std::unique_lock<std::mutex> &lock) {
+                 std::unique_lock<std::mutex> &lock, bool side_ok) {
   auto &mb = x.media_batch;
   auto &all = x.media_segments;
   const std::size_t n_embd = static_cast<std::size_t>(x.projector->n_embd);
@@ -176,6 +206,10 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
   // M-RoPE: four positions a row, section by section over the batch's rows
   // (t, then y, x, z), as mtmd_helper_decode_image_chunk lays them out.
   const std::uint32_t n_sections = x.projector->mrope ? 4 : 1;
+  if (side_ok && non_causal && !x.adapters_used && n_sections == 1) {
+    const int rc = decode_side(x, segs, result, lock);
+    if (rc != kNoSide) return rc;
+  }
   std::size_t outputs = 0;
   // Rows in order: each image's embeddings, one image after the other.
   std::size_t seg = 0;

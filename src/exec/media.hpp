@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -40,5 +41,14 @@ std::vector<PosJump> media_jumps(std::span<const MediaSpan> media, std::uint32_t
 void media_truncate(Conv &c, std::uint32_t n);
 // Forgets images within [p0, p1) and moves later ones down by p1 - p0.
 void media_erase(Conv &c, std::uint32_t p0, std::uint32_t p1);
+
+struct ExecutorCore;
+// decode_in_media_ctx's code when the second context cannot take the work.
+constexpr int kNoSide = -1001;
+// Non-causal images (x.media_segments[segs]) decoded in the second context
+// (media_side.cpp).
+int decode_in_media_ctx(ExecutorCore &x, const std::vector<std::size_t> &segs,
+                        std::vector<std::vector<std::uint8_t>> &images, double &seconds,
+                        std::unique_lock<std::mutex> &lock);
 
 }  // namespace weft::detail

@@ -444,6 +444,18 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
   return true;
 }
 
+bool KvManager::append_data(const KvHandle &h, std::span<const std::uint8_t> bytes, std::uint32_t n) {
+  if (scratch_seq_ < 0 || h.seq < 0 || n == 0 || bytes.empty() || !make_room(n)) return false;
+  auto *mem = llama_get_memory(ctx_);
+  const llama_pos p0 = h.pos(h.n());
+  const bool ok = llama_state_seq_set_data_ext(ctx_, bytes.data(), bytes.size(), scratch_seq_, 0) != 0 &&
+                  llama_memory_seq_pos_min(mem, scratch_seq_) == p0 &&
+                  llama_memory_seq_pos_max(mem, scratch_seq_) == p0 + static_cast<llama_pos>(n) - 1;
+  if (ok) llama_memory_seq_cp(mem, scratch_seq_, h.seq, p0, -1);
+  seq_rm(scratch_seq_, -1, -1);
+  return ok;
+}
+
 std::vector<std::uint8_t> KvManager::export_tail(const KvHandle &h, std::uint32_t from) {
   std::vector<std::uint8_t> out;
   if (scratch_seq_ < 0 || h.seq < 0 || from == 0 || from >= h.n()) return out;

@@ -177,6 +177,12 @@ class KvManager {
   // dst (no slot) shares src's parked data: stored once.
   void share_parked(const KvHandle &src, KvHandle &dst);
 
+  // `bytes` (a sequence's data holding exactly h's next n positions, made by
+  // another context of the same model and cache types) go into the cache
+  // after h's cells, through the scratch sequence; commit() accounts for
+  // them as after a decode. False (nothing changed) without a scratch
+  // sequence, room, or when llama.cpp refuses the data.
+  bool append_data(const KvHandle &h, std::span<const std::uint8_t> bytes, std::uint32_t n);
   // The KV data of h's sequence (or its parked blob), for saving.
   std::vector<std::uint8_t> export_kv(const KvHandle &h) const;
   // Only positions [from, n) of resident h (from > 0), through the scratch

@@ -279,7 +279,37 @@ TEST(Images, ImagesShareOneEmbeddingsBatch) {
   }
   run_until_logits(ex, convs, rng, 64);
   EXPECT_EQ(embd_rows, std::vector<int>{48});
+  // Decoded in the second context, kept non-causal (media_side.cpp): the
+  // main one never flips its attention.
+  EXPECT_NE(weft::detail::TestAccess::core(ex).media_ctx, nullptr);
   for (int i = 0; i < 3; ++i) expect_logits(convs[i], reference(inputs[i]), fmt::format("image {}", i));
+}
+
+// Without the second context (it could not be made, or the images need
+// adapters), non-causal images go through the main context with its
+// attention flipped around the batch, as mtmd's helper does: the same logits.
+TEST(Images, WithoutTheSecondContextTheMainOneFlips) {
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(6);
+  weft::Executor ex(m, params());
+  auto &core = weft::detail::TestAccess::core(ex);
+  core.media_ctx_tried = true;  // as when llama.cpp refused to make it
+  std::vector<weft::Conversation> convs;
+  std::vector<std::vector<Part>> inputs;
+  std::vector<ImageParts> keep;
+  for (int i = 0; i < 3; ++i) {
+    const auto a = random_tokens(rng, m, 3 + 2 * i, true), b = random_tokens(rng, m, 2 + i);
+    const Rgb img = random_image(rng, 32, 32);
+    keep.push_back(tokenize(img));
+    convs.push_back(ex.create());
+    convs.back().prompt(a);
+    convs.back().prompt_image(img.w, img.h, img.px);
+    convs.back().prompt(b);
+    inputs.push_back({a, keep.back().before, keep.back().image, keep.back().after, b});
+  }
+  run_until_logits(ex, convs, rng, 64);
+  EXPECT_EQ(core.media_ctx, nullptr);
+  for (int i = 0; i < 3; ++i) expect_logits(convs[i], reference(inputs[i]), fmt::format("image {}, main context", i));
 }
 
 // A projector of another model, a missing file and a text model as
