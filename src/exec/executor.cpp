@@ -165,6 +165,8 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   if (params.projector) {
     projector = params.projector.impl();
     encoder = std::make_unique<MediaEncoder>(projector, [this] { notify_work(); });
+    // Made now, not in the step of the first image (tens of milliseconds).
+    if (projector->non_causal) media_context();
   }
   stats.step_ms.reserve(StepStats::kWindow);
   stats.decode_ms.reserve(StepStats::kWindow);

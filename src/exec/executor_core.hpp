@@ -109,8 +109,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   llama_context *ctx = nullptr;
   // Non-causal images (gemma3) are decoded here, a second context of the
   // model kept non-causal, so `ctx` never flips its attention (each flip
-  // re-reserves llama.cpp's graphs: 6 ms on npc). Made on first use; null
-  // until then, or when it could not be made (then `ctx` flips). media.cpp.
+  // re-reserves llama.cpp's graphs: 6 ms on npc). Made with the executor
+  // when its projector is non-causal; null otherwise or when it could not be
+  // made (then `ctx` flips). media_side.cpp.
   llama_context *media_ctx = nullptr;
   bool media_ctx_tried = false;
   static constexpr std::uint32_t kMediaSeqs = 8;  // images media_ctx decodes in one batch

@@ -293,7 +293,9 @@ TEST(Images, WithoutTheSecondContextTheMainOneFlips) {
   std::mt19937 rng(6);
   weft::Executor ex(m, params());
   auto &core = weft::detail::TestAccess::core(ex);
-  core.media_ctx_tried = true;  // as when llama.cpp refused to make it
+  ASSERT_NE(core.media_ctx, nullptr);  // made with the executor: a non-causal projector
+  llama_free(core.media_ctx);           // as if llama.cpp had refused to make it
+  core.media_ctx = nullptr;
   std::vector<weft::Conversation> convs;
   std::vector<std::vector<Part>> inputs;
   std::vector<ImageParts> keep;
