@@ -269,13 +269,7 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     for (std::uint32_t sec = 1; sec < n_sections && rows < cap; ++sec) {
       std::copy_n(mb.pos.begin() + std::ptrdiff_t(sec) * cap, rows, mb.pos.begin() + std::ptrdiff_t(sec) * rows);
     }
-    llama_batch b{};
-    b.n_tokens = static_cast<std::int32_t>(rows);
-    b.embd = mb.embd.data();
-    b.pos = mb.pos.data();
-    b.n_seq_id = mb.n_seq_id.data();
-    b.seq_id = mb.seq_ids.data();
-    b.logits = mb.logits.data();
+    llama_batch b = embd_batch(mb, rows);
     x.kv->make_room(rows);  // the prefix cache gives way
     const double used_before = x.kv->cells_held();
     const std::uint64_t encoder_before = x.encoder_activity();

@@ -3,6 +3,8 @@
 // executor's state lock.
 #pragma once
 
+#include <llama.h>
+
 #include <cstdint>
 #include <mutex>
 #include <span>
@@ -41,6 +43,20 @@ std::vector<PosJump> media_jumps(std::span<const MediaSpan> media, std::uint32_t
 void media_truncate(Conv &c, std::uint32_t n);
 // Forgets images within [p0, p1) and moves later ones down by p1 - p0.
 void media_erase(Conv &c, std::uint32_t p0, std::uint32_t p1);
+
+// The first `rows` rows of an embeddings batch's buffers
+// (ExecutorCore::MediaBatch) as a llama_batch; the buffers own the data.
+template <class Buffers>
+llama_batch embd_batch(Buffers &mb, std::uint32_t rows) {
+  llama_batch b{};
+  b.n_tokens = static_cast<std::int32_t>(rows);
+  b.embd = mb.embd.data();
+  b.pos = mb.pos.data();
+  b.n_seq_id = mb.n_seq_id.data();
+  b.seq_id = mb.seq_ids.data();
+  b.logits = mb.logits.data();
+  return b;
+}
 
 struct ExecutorCore;
 // decode_in_media_ctx's code when the second context cannot take the work.

@@ -67,13 +67,7 @@ int decode_in_media_ctx(ExecutorCore &x, const std::vector<std::size_t> &segs,
     }
     if (s.output) mb.logits[row - 1] = 1;
   }
-  llama_batch b{};
-  b.n_tokens = static_cast<std::int32_t>(rows);
-  b.embd = mb.embd.data();
-  b.pos = mb.pos.data();
-  b.n_seq_id = mb.n_seq_id.data();
-  b.seq_id = mb.seq_ids.data();
-  b.logits = mb.logits.data();
+  llama_batch b = embd_batch(mb, rows);
   if (x.staging.size() < segs.size()) x.staging.resize(segs.size());
   images.assign(segs.size(), {});
   lock.unlock();

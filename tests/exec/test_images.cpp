@@ -246,6 +246,33 @@ TEST(Images, BadInputRefusedWhileOthersGenerate) {
 #endif  // WEFT_HAVE_MTMD
 
 #ifdef WEFT_HAVE_MTMD
+namespace {
+
+// Three conversations of text (a0 + a_step * i tokens), a 32x32 image and
+// text (b0 + i tokens), queued; `inputs` holds what the reference decodes of each.
+struct ImageTrio {
+  std::vector<weft::Conversation> convs;
+  std::vector<std::vector<Part>> inputs;
+  std::vector<ImageParts> keep;  // the chunks the inputs point into
+};
+
+ImageTrio image_trio(weft::Executor &ex, std::mt19937 &rng, const weft::Model &m, int a0, int a_step, int b0) {
+  ImageTrio t;
+  for (int i = 0; i < 3; ++i) {
+    const auto a = random_tokens(rng, m, a0 + a_step * i, true), b = random_tokens(rng, m, b0 + i);
+    const Rgb img = random_image(rng, 32, 32);
+    t.keep.push_back(tokenize(img));
+    t.convs.push_back(ex.create());
+    t.convs.back().prompt(a);
+    t.convs.back().prompt_image(img.w, img.h, img.px);
+    t.convs.back().prompt(b);
+    t.inputs.push_back({a, t.keep.back().before, t.keep.back().image, t.keep.back().after, b});
+  }
+  return t;
+}
+
+}  // namespace
+
 // Three conversations' images ready in one step share one embeddings batch
 // (3 x 16 <= n_ubatch) and each still has the logits of its decode alone.
 TEST(Images, ImagesShareOneEmbeddingsBatch) {
@@ -257,19 +284,7 @@ TEST(Images, ImagesShareOneEmbeddingsBatch) {
     if (b.embd != nullptr) embd_rows.push_back(b.n_tokens);
     return 0;
   });
-  std::vector<weft::Conversation> convs;
-  std::vector<std::vector<Part>> inputs;
-  std::vector<ImageParts> keep;
-  for (int i = 0; i < 3; ++i) {
-    const auto a = random_tokens(rng, m, 4 + i, true), b = random_tokens(rng, m, 3 + i);
-    const Rgb img = random_image(rng, 32, 32);
-    keep.push_back(tokenize(img));
-    convs.push_back(ex.create());
-    convs.back().prompt(a);
-    convs.back().prompt_image(img.w, img.h, img.px);
-    convs.back().prompt(b);
-    inputs.push_back({a, keep.back().before, keep.back().image, keep.back().after, b});
-  }
+  auto [convs, inputs, keep] = image_trio(ex, rng, m, 4, 1, 3);
   // Every image encoded before the step that decodes them.
   const auto until = Clock::now() + std::chrono::seconds(30);
   while (Clock::now() < until && !std::all_of(convs.begin(), convs.end(), [](auto &c) {
@@ -296,19 +311,7 @@ TEST(Images, WithoutTheSecondContextTheMainOneFlips) {
   ASSERT_NE(core.media_ctx, nullptr);  // made with the executor: a non-causal projector
   llama_free(core.media_ctx);           // as if llama.cpp had refused to make it
   core.media_ctx = nullptr;
-  std::vector<weft::Conversation> convs;
-  std::vector<std::vector<Part>> inputs;
-  std::vector<ImageParts> keep;
-  for (int i = 0; i < 3; ++i) {
-    const auto a = random_tokens(rng, m, 3 + 2 * i, true), b = random_tokens(rng, m, 2 + i);
-    const Rgb img = random_image(rng, 32, 32);
-    keep.push_back(tokenize(img));
-    convs.push_back(ex.create());
-    convs.back().prompt(a);
-    convs.back().prompt_image(img.w, img.h, img.px);
-    convs.back().prompt(b);
-    inputs.push_back({a, keep.back().before, keep.back().image, keep.back().after, b});
-  }
+  auto [convs, inputs, keep] = image_trio(ex, rng, m, 3, 2, 2);
   run_until_logits(ex, convs, rng, 64);
   EXPECT_EQ(core.media_ctx, nullptr);
   for (int i = 0; i < 3; ++i) expect_logits(convs[i], reference(inputs[i]), fmt::format("image {}, main context", i));
