@@ -138,7 +138,11 @@ struct ExecutorParams {
   // Conversation::prompt_image(). Default empty: no images. With one, the
   // executor owns an encoder thread (stopped and joined by its destructor,
   // which waits for at most the image being encoded). Must be loaded for
-  // the same Model (Errc::invalid_argument otherwise).
+  // the same Model (Errc::invalid_argument otherwise). A non-causal one
+  // (gemma3's) also makes a second llama.cpp context of the model, with a KV
+  // cache of min(n_ctx, max(4096, n_ctx_train)) cells in 8 sequences, where
+  // its images are decoded so this context never flips its attention
+  // (docs/EXECUTOR.md); it is freed with the executor.
   Projector projector;
 };
 
