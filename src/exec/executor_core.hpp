@@ -174,6 +174,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // decodes run than predicted (a running 99th percentile, as
   // CostModel::margin; step.cpp learns it).
   double image_step_need = 0, image_step_margin = 1.25;
+  // How much slower than the cost model predicts a decode ran while the
+  // encoder thread was encoding (a running value, 1 to 4; run.cpp learns
+  // it): a plan made while it encodes divides its time by it.
+  double encode_slowdown = 1.0;
   struct MediaBatch {
     std::vector<float> embd;
     std::vector<std::int32_t> pos, n_seq_id, seq_id;

@@ -183,7 +183,15 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
         cost.observe_switch(took - cost.predict(static_cast<std::uint32_t>(b.n_tokens), d));
         t = std::max(took - before, took * 0.1);
       }
-      if (learn) cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, t);
+      if (learn) {
+        cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, t);
+      } else if (!switched && encoder_before % 2 == 1) {
+        // Beside an encode: how much slower than predicted (the cores are
+        // shared), a running value the plan divides its time by while the
+        // encoder runs.
+        const double ratio = took / std::max(1e-6, cost.predict(static_cast<std::uint32_t>(b.n_tokens), d));
+        encode_slowdown = std::clamp(0.7 * encode_slowdown + 0.3 * ratio, 1.0, 4.0);
+      }
       for (std::size_t i = lo; i < hi; ++i) {
         if (!segments[parts[i].seg].failed) commit_part(parts[i], result);
       }

@@ -366,6 +366,9 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
       // What is left of the budget, less the sampling that follows the decode.
       left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
              sample_seconds * generating;
+      // The encoder thread is encoding on the same cores: decodes run slower
+      // by what was seen beside earlier encodes.
+      if (encoder_activity() % 2 == 1) left /= encode_slowdown;
       depth = depth_is_cells ? kv->cells_held() : depth_weight > 0 ? depth_sum / depth_weight : 0;
     }
     std::uint32_t free_cells = kv->cells_free();
