@@ -160,6 +160,12 @@ void commit_media(ExecutorCore &x, MediaSegment &s, std::vector<float> *logits, 
   c.last_served = x.stats.steps;
 }
 
+// media_batch_s: the larger of the last non-causal image batch and a running
+// mean, so a slow one is planned for at once and a fast one only gradually.
+void learn_media_batch(ExecutorCore &x, double took) {
+  x.media_batch_s = took > x.media_batch_s ? took : 0.8 * x.media_batch_s + 0.2 * took;
+}
+
 // decode_group's code when the model's RPC peer failed: not llama.cpp's.
 constexpr int kPeerLost = -1000;
 int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResult &result,
@@ -178,7 +184,7 @@ int decode_side(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResul
   x.stats.image_decode_s += took;
   result.decode_seconds += took;
   ++result.decode_calls;
-  x.media_batch_s = took > x.media_batch_s ? took : 0.8 * x.media_batch_s + 0.2 * took;
+  learn_media_batch(x, took);
   for (std::size_t j = 0; j < segs.size(); ++j) {
     MediaSegment &s = all[segs[j]];
     if (!x.kv->append_data(s.conv->kv, images[j], s.rows)) {
@@ -295,7 +301,7 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     ++x.stats.image_batches;
     x.stats.image_decode_s += took;
     if (non_causal) {
-      x.media_batch_s = took > x.media_batch_s ? took : 0.8 * x.media_batch_s + 0.2 * took;
+      learn_media_batch(x, took);
     } else if (rc == 0 && rows > 1 && encoder_before % 2 == 0 && x.encoder_activity() == encoder_before) {
       // Causal rows are planned with the tokens' cost model: an embeddings
       // batch of two rows or more costs what a token batch of its rows does
