@@ -34,15 +34,12 @@ namespace {
 // 2: the fitted vocabulary (npc_vocab.hpp) by default.
 // 3: 6 epochs by default (the key holds the epochs too; bumped for clarity).
 // 4: weft's own training graph (every tensor trains), small-scale init.
-constexpr int kTrainerVersion = 4;
+// 5: the hand-written backward pass (same gradients, other rounding).
+constexpr int kTrainerVersion = 5;
 
 struct ModelFree {
   void operator()(llama_model *m) const { llama_model_free(m); }
 };
-struct ResultFree {
-  void operator()(ggml_opt_result *r) const { ggml_opt_result_free(r); }
-};
-using ResultPtr = std::unique_ptr<ggml_opt_result, ResultFree>;
 
 // Removes a scratch file on every exit path.
 struct ScratchFile {
@@ -117,12 +114,7 @@ std::vector<std::vector<llama_token>> windows(const std::vector<llama_token> &st
   return w;
 }
 
-std::pair<double, double> loss_accuracy(ggml_opt_result_t r) {
-  double loss = 0, acc = 0, unc = 0;
-  ggml_opt_result_loss(r, &loss, &unc);
-  ggml_opt_result_accuracy(r, &acc, &unc);
-  return {loss, acc};
-}
+std::pair<double, double> loss_accuracy(const detail::NpcTally &t) { return {t.loss(), t.accuracy()}; }
 
 // The inputs and next-token labels of `count` windows, one after another.
 void gather(const std::vector<std::vector<llama_token>> &w, const std::size_t *idx, std::size_t count, int n_ctx,
@@ -141,13 +133,13 @@ std::pair<double, double> evaluate(detail::NpcGraph &graph, const std::vector<st
                                    std::size_t n_seq) {
   std::vector<std::size_t> order(w.size());
   std::iota(order.begin(), order.end(), 0);
-  ResultPtr eval(ggml_opt_result_init());
+  detail::NpcTally eval;
   std::vector<std::int32_t> tokens, labels;
   for (std::size_t first = 0; first + n_seq <= w.size(); first += n_seq) {
     gather(w, order.data() + first, n_seq, n_ctx, tokens, labels);
-    graph.forward(tokens.data(), labels.data(), eval.get());
+    graph.forward(tokens.data(), labels.data(), &eval);
   }
-  return loss_accuracy(eval.get());
+  return loss_accuracy(eval);
 }
 
 // Writes the trained weights (in `data`, laid out as the initial GGUF `g`)
@@ -280,24 +272,24 @@ TrainReport train_npc_model(const TrainParams &p) {
   for (int epoch = 0; epoch < p.epochs; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
     for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.next() % i]);
-    ResultPtr train(ggml_opt_result_init());
+    detail::NpcTally train;
     for (std::size_t step = 0; step < steps_per_epoch; ++step) {
       if (step % steps_per_report == 0 && p.cancel && p.cancel()) {
         detail::fail(Errc::cancelled, "training the npc model was cancelled");
       }
       gather(train_w, order.data() + step * n_seq, n_seq, seq_len, tokens, labels);
-      graph.train_step(tokens.data(), labels.data(), train.get());
+      graph.train_step(tokens.data(), labels.data(), &train);
       const bool last = step + 1 == steps_per_epoch;
       if (p.on_progress && ((step + 1) % steps_per_report == 0 || last)) {
         TrainProgress pr;
         pr.epoch = epoch;
         pr.epochs = p.epochs;
         pr.fraction = last && epoch + 1 == p.epochs ? 1.0 : (double(epoch) * double(steps_per_epoch) + double(step + 1)) / total_steps;
-        std::tie(pr.train_loss, pr.train_accuracy) = loss_accuracy(train.get());
+        std::tie(pr.train_loss, pr.train_accuracy) = loss_accuracy(train);
         p.on_progress(pr);
       }
     }
-    std::tie(report.train_loss, report.train_accuracy) = loss_accuracy(train.get());
+    std::tie(report.train_loss, report.train_accuracy) = loss_accuracy(train);
   }
   report.optimizer_steps = schedule.step;
   std::tie(report.eval_loss, report.eval_accuracy) = evaluate(graph, eval_w, seq_len, n_seq);

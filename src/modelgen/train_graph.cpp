@@ -1,7 +1,6 @@
 // weft::detail::NpcGraph: the llama architecture as llama.cpp's
-// llm_build_llama computes it, in ggml ops that all have a backward pass,
-// trained with ggml-opt's static graphs (the flow of llama.cpp's
-// examples/mnist). See train_graph.hpp.
+// llm_build_llama computes it (train_net.cpp), with its hand-written backward
+// pass and ggml's AdamW step in one static graph per use. See train_graph.hpp.
 #include "modelgen/train_graph.hpp"
 
 #include <ggml-alloc.h>
@@ -15,13 +14,11 @@
 #include <string>
 
 #include "core/internal.hpp"
+#include "modelgen/model_writer.hpp"
+#include "modelgen/train_net.hpp"
 
 namespace weft::detail {
 namespace {
-
-struct Layer {
-  ggml_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *gate, *up, *down;
-};
 
 std::uint32_t get_u32(const gguf_context *g, const char *key) {
   const int64_t i = gguf_find_key(g, key);
@@ -35,168 +32,193 @@ float get_f32(const gguf_context *g, const char *key) {
   return gguf_get_val_f32(g, i);
 }
 
+struct SchedFree {
+  void operator()(ggml_backend_sched *s) const { ggml_backend_sched_free(s); }
+};
+using SchedPtr = std::unique_ptr<ggml_backend_sched, SchedFree>;
+
+constexpr std::size_t kGraph = 16384;
+
+// One graph with its own tensors and scheduler: ggml's allocator keeps a
+// tensor's address once given, so graphs that shared tensors could not be
+// allocated in turn (ggml-opt copies its graphs for the same reason).
+struct Pass {
+  GgmlPtr ctx;
+  SchedPtr sched;
+  ggml_cgraph *graph = nullptr;
+  NpcActs acts;
+  ggml_tensor *loss = nullptr, *pred = nullptr;
+  std::vector<ggml_tensor *> grads;
+  bool allocated = false;
+};
+
 }  // namespace
 
 struct NpcGraph::Impl {
   NpcGraphSpec spec;
-  int n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_rot = 0, n_ctx_train = 0, n_vocab = 0;
-  float eps = 1e-5f, freq_base = 10000.0f;
+  NpcNet net;
+  int n_layer = 0, n_head_kv = 0, n_vocab = 0;
 
   ggml_backend_t backend = nullptr;
-  ggml_backend_sched_t sched = nullptr;
-  ggml_context *ctx_static = nullptr;   // weights, tokens, positions
-  ggml_context *ctx_compute = nullptr;  // everything the graphs compute
+  ggml_context *ctx_static = nullptr;  // weights, optimizer moments, inputs
   ggml_backend_buffer_t buf = nullptr;
-  ggml_opt_context_t opt = nullptr;  // training only
-  ggml_cgraph *gf = nullptr;         // forward only
 
-  std::vector<ggml_tensor *> weights;  // named as in the GGUF
-  ggml_tensor *tok_embd = nullptr, *out_norm = nullptr, *output = nullptr;
-  std::vector<Layer> layers;
-  ggml_tensor *tokens = nullptr, *pos = nullptr, *logits = nullptr;
+  std::vector<ggml_tensor *> weights;  // named as in the GGUF, in its order
+  std::vector<ggml_tensor *> moment1, moment2;  // training only, parallel to weights
+  ggml_tensor *labels = nullptr;       // f32 one-hot [n_vocab, N]
+  ggml_tensor *one = nullptr;          // the loss's own gradient, 1
+  ggml_tensor *adamw_pars = nullptr;   // f32 [7], as ggml_opt_step_adamw reads them
+  Pass eval, train;                    // train: training graphs only
+  const Pass *last = nullptr;          // the pass logits() reads
+  std::int64_t iter = 1;               // AdamW's bias correction counts from 1
   std::vector<float> labels_host;
 
   ~Impl() {
-    ggml_opt_free(opt);
-    ggml_backend_sched_free(sched);
+    eval = {};
+    train = {};
     ggml_backend_buffer_free(buf);
-    ggml_free(ctx_compute);
     ggml_free(ctx_static);
     ggml_backend_free(backend);
   }
 
-  ggml_tensor *weight(const gguf_context *g, ggml_context *data, const std::string &name, bool required = true) {
+  ggml_tensor *weight(ggml_context *data, const std::string &name, bool required = true) {
     const ggml_tensor *src = ggml_get_tensor(data, name.c_str());
     if (src == nullptr) {
       if (required) fail(Errc::corrupt, fmt::format("training graph: the model has no tensor '{}'", name));
       return nullptr;
     }
     if (src->type != GGML_TYPE_F32) fail(Errc::invalid_argument, fmt::format("training graph: '{}' is not f32", name));
-    (void)g;
     ggml_tensor *t = ggml_dup_tensor(ctx_static, src);
     ggml_set_name(t, name.c_str());
     weights.push_back(t);
     return t;
   }
 
-  // llm_build_llama, op for op (attention as build_attn_mha without flash
-  // attention: kq = K*Q, causal softmax scaled by 1/sqrt(head_dim), V*kq).
-  ggml_tensor *build(ggml_context *ctx) {
-    const int T = spec.n_ctx, B = spec.n_seq, N = T * B;
-    const int hd = n_embd / n_head;
-    const float kq_scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    auto rope = [&](ggml_tensor *x) {
-      return ggml_rope_ext(ctx, x, pos, nullptr, n_rot, GGML_ROPE_TYPE_NORMAL, n_ctx_train, freq_base,
-                           /*freq_scale=*/1.0f, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, /*beta_fast=*/32.0f,
-                           /*beta_slow=*/1.0f);
-    };
-    ggml_tensor *x = ggml_get_rows(ctx, tok_embd, tokens);  // [n_embd, N]
-    for (const Layer &L : layers) {
-      ggml_tensor *cur = ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), L.attn_norm);
-      ggml_tensor *q = rope(ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wq, cur), hd, n_head, N));
-      ggml_tensor *k = rope(ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wk, cur), hd, n_head_kv, N));
-      ggml_tensor *v = ggml_mul_mat(ctx, L.wv, cur);
-      // [hd, heads, T, B] -> [hd, T, heads, B]; V transposed to [T, hd, heads, B].
-      q = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, q, hd, n_head, T, B), 0, 2, 1, 3));
-      k = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, k, hd, n_head_kv, T, B), 0, 2, 1, 3));
-      ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, v, hd, n_head_kv, T, B), 1, 2, 0, 3));
-      ggml_tensor *kq = ggml_mul_mat(ctx, k, q);  // [T_k, T_q, heads, B]
-      kq = ggml_diag_mask_inf(ctx, kq, 0);
-      kq = ggml_soft_max_ext(ctx, kq, nullptr, kq_scale, 0.0f);
-      ggml_tensor *kqv = ggml_mul_mat(ctx, vt, kq);  // [hd, T_q, heads, B]
-      ggml_tensor *o = ggml_cont(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3));  // [hd, heads, T, B]
-      o = ggml_mul_mat(ctx, L.wo, ggml_reshape_2d(ctx, o, n_embd, N));
-      x = ggml_add(ctx, o, x);
-      cur = ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), L.ffn_norm);
-      ggml_tensor *h = ggml_swiglu_split(ctx, ggml_mul_mat(ctx, L.gate, cur), ggml_mul_mat(ctx, L.up, cur));
-      x = ggml_add(ctx, ggml_mul_mat(ctx, L.down, h), x);
+  // The forward pass with its loss and prediction; with `grads` the backward
+  // pass too; with `step` also one AdamW update of every weight after it.
+  Pass make_pass(bool grads, bool step) {
+    Pass p;
+    ggml_init_params cp{ggml_tensor_overhead() * kGraph + ggml_graph_overhead_custom(kGraph, false), nullptr, true};
+    p.ctx.reset(ggml_init(cp));
+    ggml_context *ctx = p.ctx.get();
+    p.acts = build_npc_forward(ctx, net);
+    p.loss = ggml_cross_entropy_loss(ctx, p.acts.logits, labels);
+    p.pred = ggml_argmax(ctx, p.acts.logits);
+    p.graph = ggml_new_graph_custom(ctx, kGraph, false);
+    for (ggml_tensor *t : {p.acts.logits, p.loss, p.pred}) {
+      ggml_set_output(t);
+      ggml_build_forward_expand(p.graph, t);
     }
-    x = ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), out_norm);
-    return ggml_mul_mat(ctx, output, x);  // [n_vocab, N]
+    if (grads) {
+      p.grads = build_npc_backward(ctx, net, p.acts, ggml_cross_entropy_loss_back(ctx, one, p.acts.logits, labels));
+      if (p.grads.size() != weights.size()) fail(Errc::backend, "training graph: a weight without a gradient");
+      for (ggml_tensor *d : p.grads) {
+        ggml_set_output(d);
+        ggml_build_forward_expand(p.graph, d);
+      }
+    }
+    // Every read of a weight is in the graph before the first update of one.
+    for (std::size_t i = 0; step && i < weights.size(); ++i) {
+      ggml_build_forward_expand(p.graph, ggml_opt_step_adamw(ctx, weights[i], p.grads[i], moment1[i], moment2[i],
+                                                             adamw_pars));
+    }
+    ggml_backend_t backends[] = {backend};
+    p.sched.reset(ggml_backend_sched_new(backends, nullptr, 1, kGraph, false, false));
+    return p;
+  }
+
+  // The inputs are set; computes the pass (allocated on first use).
+  void compute(Pass &p) {
+    if (!p.allocated) {
+      if (!ggml_backend_sched_alloc_graph(p.sched.get(), p.graph)) fail(Errc::backend, "training graph: could not allocate");
+      p.allocated = true;
+    }
+    if (ggml_backend_sched_graph_compute(p.sched.get(), p.graph) != GGML_STATUS_SUCCESS) {
+      fail(Errc::backend, "training graph: the CPU backend failed to compute a step");
+    }
+    last = &p;
+  }
+
+  void tally(const Pass &pass, NpcTally *t, const std::int32_t *labels_in) {
+    if (t == nullptr) return;
+    float l = 0;
+    ggml_backend_tensor_get(pass.loss, &l, 0, sizeof l);
+    const int N = net.n_ctx * net.n_seq;
+    std::vector<std::int32_t> p(static_cast<std::size_t>(N));
+    ggml_backend_tensor_get(pass.pred, p.data(), 0, ggml_nbytes(pass.pred));
+    t->loss_sum += l;
+    t->passes += 1;
+    t->tokens += N;
+    for (int i = 0; i < N; ++i) t->correct += p[static_cast<std::size_t>(i)] == labels_in[i] ? 1 : 0;
   }
 };
 
 NpcGraph::NpcGraph(const gguf_context *g, ggml_context *data, const NpcGraphSpec &spec) : impl_(new Impl) {
   Impl &m = *impl_;
+  NpcNet &net = m.net;
   m.spec = spec;
+  net.n_ctx = spec.n_ctx;
+  net.n_seq = spec.n_seq;
   m.n_layer = static_cast<int>(get_u32(g, "llama.block_count"));
-  m.n_embd = static_cast<int>(get_u32(g, "llama.embedding_length"));
-  m.n_head = static_cast<int>(get_u32(g, "llama.attention.head_count"));
+  net.n_embd = static_cast<int>(get_u32(g, "llama.embedding_length"));
+  net.n_head = static_cast<int>(get_u32(g, "llama.attention.head_count"));
   m.n_head_kv = static_cast<int>(get_u32(g, "llama.attention.head_count_kv"));
-  m.n_ff = static_cast<int>(get_u32(g, "llama.feed_forward_length"));
-  m.n_rot = static_cast<int>(get_u32(g, "llama.rope.dimension_count"));
-  m.n_ctx_train = static_cast<int>(get_u32(g, "llama.context_length"));
-  m.freq_base = get_f32(g, "llama.rope.freq_base");
-  m.eps = get_f32(g, "llama.attention.layer_norm_rms_epsilon");
-  if (m.n_head_kv != m.n_head) fail(Errc::invalid_argument, "training graph: grouped-query attention is not supported");
+  net.n_rot = static_cast<int>(get_u32(g, "llama.rope.dimension_count"));
+  net.n_ctx_train = static_cast<int>(get_u32(g, "llama.context_length"));
+  net.freq_base = get_f32(g, "llama.rope.freq_base");
+  net.eps = get_f32(g, "llama.attention.layer_norm_rms_epsilon");
+  if (m.n_head_kv != net.n_head) fail(Errc::invalid_argument, "training graph: grouped-query attention is not supported");
 
-  const std::size_t n_tensors = 4 + 9 * static_cast<std::size_t>(m.n_layer) + 4;
-  ggml_init_params sp{ggml_tensor_overhead() * n_tensors, nullptr, /*no_alloc=*/true};
+  const bool train = spec.get_opt_pars != nullptr;
+  const std::size_t n_weights = 3 + 9 * static_cast<std::size_t>(m.n_layer);
+  ggml_init_params sp{ggml_tensor_overhead() * (3 * n_weights + 8), nullptr, /*no_alloc=*/true};
   m.ctx_static = ggml_init(sp);
-  m.tok_embd = m.weight(g, data, "token_embd.weight");
-  m.n_vocab = static_cast<int>(m.tok_embd->ne[1]);
+  net.tok_embd = m.weight(data, "token_embd.weight");
+  m.n_vocab = static_cast<int>(net.tok_embd->ne[1]);
   for (int l = 0; l < m.n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
-    m.layers.push_back({m.weight(g, data, b + "attn_norm.weight"), m.weight(g, data, b + "attn_q.weight"),
-                        m.weight(g, data, b + "attn_k.weight"), m.weight(g, data, b + "attn_v.weight"),
-                        m.weight(g, data, b + "attn_output.weight"), m.weight(g, data, b + "ffn_norm.weight"),
-                        m.weight(g, data, b + "ffn_gate.weight"), m.weight(g, data, b + "ffn_up.weight"),
-                        m.weight(g, data, b + "ffn_down.weight")});
+    net.layers.push_back({m.weight(data, b + "attn_norm.weight"), m.weight(data, b + "attn_q.weight"),
+                          m.weight(data, b + "attn_k.weight"), m.weight(data, b + "attn_v.weight"),
+                          m.weight(data, b + "attn_output.weight"), m.weight(data, b + "ffn_norm.weight"),
+                          m.weight(data, b + "ffn_gate.weight"), m.weight(data, b + "ffn_up.weight"),
+                          m.weight(data, b + "ffn_down.weight")});
   }
-  m.out_norm = m.weight(g, data, "output_norm.weight");
-  m.output = m.weight(g, data, "output.weight", /*required=*/false);
-  if (m.output == nullptr) m.output = m.tok_embd;  // tied output, as llama.cpp does
+  net.out_norm = m.weight(data, "output_norm.weight");
+  net.output = m.weight(data, "output.weight", /*required=*/false);
+  if (net.output == nullptr) net.output = net.tok_embd;  // tied output, as llama.cpp does
+  if (train) {
+    for (ggml_tensor *w : m.weights) {
+      ggml_set_param(w);  // ggml_opt_step_adamw updates parameters only
+      m.moment1.push_back(ggml_dup_tensor(m.ctx_static, w));
+      m.moment2.push_back(ggml_dup_tensor(m.ctx_static, w));
+    }
+  }
 
   const int N = spec.n_ctx * spec.n_seq;
-  m.tokens = ggml_new_tensor_1d(m.ctx_static, GGML_TYPE_I32, N);
-  ggml_set_name(m.tokens, "tokens");
-  m.pos = ggml_new_tensor_1d(m.ctx_static, GGML_TYPE_I32, N);
-  ggml_set_name(m.pos, "pos");
+  net.tokens = ggml_new_tensor_1d(m.ctx_static, GGML_TYPE_I32, N);
+  net.pos = ggml_new_tensor_1d(m.ctx_static, GGML_TYPE_I32, N);
+  m.labels = ggml_new_tensor_2d(m.ctx_static, GGML_TYPE_F32, m.n_vocab, N);
+  m.one = ggml_new_tensor_1d(m.ctx_static, GGML_TYPE_F32, 1);
+  m.adamw_pars = ggml_new_tensor_1d(m.ctx_static, GGML_TYPE_F32, 7);
 
   m.backend = ggml_backend_cpu_init();
   if (m.backend == nullptr) fail(Errc::backend, "training graph: no CPU backend");
   ggml_backend_cpu_set_n_threads(m.backend, std::max(1, spec.n_threads));
   m.buf = ggml_backend_alloc_ctx_tensors(m.ctx_static, m.backend);
   if (m.buf == nullptr) fail(Errc::backend, "training graph: could not allocate the weights");
+  ggml_backend_buffer_clear(m.buf, 0);  // AdamW's moments start at zero
   for (ggml_tensor *t : m.weights) {
     ggml_backend_tensor_set(t, ggml_get_tensor(data, ggml_get_name(t))->data, 0, ggml_nbytes(t));
   }
   std::vector<std::int32_t> positions(static_cast<std::size_t>(N));
   for (int i = 0; i < N; ++i) positions[static_cast<std::size_t>(i)] = i % spec.n_ctx;
-  ggml_backend_tensor_set(m.pos, positions.data(), 0, ggml_nbytes(m.pos));
-  std::vector<std::int32_t> zeros(static_cast<std::size_t>(N), 0);
-  ggml_backend_tensor_set(m.tokens, zeros.data(), 0, ggml_nbytes(m.tokens));
-
-  const bool train = spec.get_opt_pars != nullptr;
-  if (train) {
-    for (ggml_tensor *t : m.weights) ggml_set_param(t);
-  }
-  constexpr std::size_t kGraph = 16384;
-  ggml_init_params cp{ggml_tensor_overhead() * kGraph + 4 * ggml_graph_overhead_custom(kGraph, true), nullptr, true};
-  m.ctx_compute = ggml_init(cp);
-  m.logits = m.build(m.ctx_compute);
-
-  ggml_backend_t backends[] = {m.backend};
-  m.sched = ggml_backend_sched_new(backends, nullptr, 1, kGraph, false, false);
+  ggml_backend_tensor_set(net.pos, positions.data(), 0, ggml_nbytes(net.pos));
+  const float one = 1.0f;
+  ggml_backend_tensor_set(m.one, &one, 0, sizeof one);
 
   m.labels_host.assign(static_cast<std::size_t>(m.n_vocab) * static_cast<std::size_t>(N), 0.0f);
-  if (!train) {
-    // Forward only (logits for checking against llama.cpp): one static graph.
-    m.gf = ggml_new_graph_custom(m.ctx_compute, kGraph, false);
-    ggml_build_forward_expand(m.gf, m.logits);
-    if (!ggml_backend_sched_alloc_graph(m.sched, m.gf)) fail(Errc::backend, "training graph: could not allocate");
-    return;
-  }
-  ggml_opt_params op = ggml_opt_default_params(m.sched, GGML_OPT_LOSS_TYPE_CROSS_ENTROPY);
-  op.ctx_compute = m.ctx_compute;
-  op.inputs = m.tokens;
-  op.outputs = m.logits;
-  op.build_type = GGML_OPT_BUILD_TYPE_OPT;
-  op.opt_period = 1;
-  op.get_opt_pars = spec.get_opt_pars;
-  op.get_opt_pars_ud = spec.get_opt_pars_ud;
-  op.optimizer = GGML_OPT_OPTIMIZER_TYPE_ADAMW;
-  m.opt = ggml_opt_init(op);
+  m.eval = m.make_pass(false, false);
+  if (train) m.train = m.make_pass(true, true);
 }
 
 NpcGraph::~NpcGraph() = default;
@@ -212,38 +234,92 @@ void NpcGraph::set_inputs(const std::int32_t *tokens, const std::int32_t *labels
       fail(Errc::invalid_argument, fmt::format("training graph: token {} outside the vocabulary", i));
     }
   }
-  ggml_backend_tensor_set(m.tokens, tokens, 0, ggml_nbytes(m.tokens));
-  if (m.opt == nullptr) return;
+  ggml_backend_tensor_set(m.net.tokens, tokens, 0, ggml_nbytes(m.net.tokens));
   std::fill(m.labels_host.begin(), m.labels_host.end(), 0.0f);
   for (int i = 0; i < N; ++i) {
     m.labels_host[static_cast<std::size_t>(i) * static_cast<std::size_t>(m.n_vocab) +
                   static_cast<std::size_t>(labels[i])] = 1.0f;
   }
-  ggml_backend_tensor_set(ggml_opt_labels(m.opt), m.labels_host.data(), 0, ggml_nbytes(ggml_opt_labels(m.opt)));
+  ggml_backend_tensor_set(m.labels, m.labels_host.data(), 0, ggml_nbytes(m.labels));
 }
 
-void NpcGraph::train_step(const std::int32_t *tokens, const std::int32_t *labels, ggml_opt_result_t result) {
-  if (impl_->spec.get_opt_pars == nullptr) fail(Errc::invalid_argument, "training graph: built for forward only");
-  ggml_opt_alloc(impl_->opt, /*backward=*/true);
-  set_inputs(tokens, labels);
-  ggml_opt_eval(impl_->opt, result);
-}
-
-void NpcGraph::forward(const std::int32_t *tokens, const std::int32_t *labels, ggml_opt_result_t result) {
-  if (impl_->opt == nullptr) {
-    set_inputs(tokens, labels);
-    ggml_backend_sched_graph_compute(impl_->sched, impl_->gf);
-    return;
+void NpcGraph::train_step(const std::int32_t *tokens, const std::int32_t *labels, NpcTally *tally) {
+  Impl &m = *impl_;
+  if (m.train.graph == nullptr) fail(Errc::invalid_argument, "training graph: built for forward only");
+  const ggml_opt_optimizer_params op = m.spec.get_opt_pars(m.spec.get_opt_pars_ud);
+  const auto &a = op.adamw;
+  if (!(a.alpha > 0 && a.beta1 >= 0 && a.beta1 < 1 && a.beta2 >= 0 && a.beta2 < 1 && a.eps >= 0 && a.wd >= 0 &&
+        a.wd <= 1)) {
+    fail(Errc::invalid_argument, fmt::format("training graph: AdamW alpha = {}, beta1 = {}, beta2 = {}, eps = {}, wd = "
+                                             "{} (expected alpha > 0, betas in [0, 1), eps >= 0, wd in [0, 1])",
+                                             a.alpha, a.beta1, a.beta2, a.eps, a.wd));
   }
-  ggml_opt_alloc(impl_->opt, /*backward=*/false);
+  // As ggml-opt fills them: bias corrections from the 1-based step count.
+  const float pars[7] = {a.alpha, a.beta1, a.beta2, a.eps, a.wd,
+                         1.0f / (1.0f - std::pow(a.beta1, static_cast<float>(m.iter))),
+                         1.0f / (1.0f - std::pow(a.beta2, static_cast<float>(m.iter)))};
+  ggml_backend_tensor_set(m.adamw_pars, pars, 0, sizeof pars);
   set_inputs(tokens, labels);
-  ggml_opt_eval(impl_->opt, result);
+  m.compute(m.train);
+  ++m.iter;
+  m.tally(m.train, tally, labels);
+}
+
+void NpcGraph::forward(const std::int32_t *tokens, const std::int32_t *labels, NpcTally *tally) {
+  set_inputs(tokens, labels);
+  impl_->compute(impl_->eval);
+  impl_->tally(impl_->eval, tally, labels);
 }
 
 std::vector<float> NpcGraph::logits() const {
-  if (impl_->opt != nullptr) fail(Errc::invalid_argument, "training graph: logits() needs a forward-only graph");
-  std::vector<float> out(static_cast<std::size_t>(ggml_nelements(impl_->logits)));
-  ggml_backend_tensor_get(impl_->logits, out.data(), 0, ggml_nbytes(impl_->logits));
+  if (impl_->last == nullptr) fail(Errc::invalid_argument, "training graph: logits() before a forward pass");
+  const ggml_tensor *l = impl_->last->acts.logits;
+  std::vector<float> out(static_cast<std::size_t>(ggml_nelements(l)));
+  ggml_backend_tensor_get(l, out.data(), 0, ggml_nbytes(l));
+  return out;
+}
+
+std::vector<std::vector<float>> NpcGraph::gradients(const std::int32_t *tokens, const std::int32_t *labels,
+                                                    bool automatic) {
+  Impl &m = *impl_;
+  if (m.train.graph == nullptr) fail(Errc::invalid_argument, "training graph: built for forward only");
+  set_inputs(tokens, labels);
+  std::vector<std::vector<float>> out;
+  auto read = [&out](const ggml_tensor *t) {
+    out.emplace_back(static_cast<std::size_t>(ggml_nelements(t)));
+    ggml_backend_tensor_get(t, out.back().data(), 0, ggml_nbytes(t));
+  };
+  if (!automatic) {
+    Pass p = m.make_pass(true, false);
+    m.compute(p);
+    m.last = nullptr;
+    for (ggml_tensor *d : p.grads) read(d);
+    return out;
+  }
+  // ggml's automatic backward pass over a second copy of the forward graph.
+  ggml_init_params cp{ggml_tensor_overhead() * kGraph + 2 * ggml_graph_overhead_custom(kGraph, true), nullptr, true};
+  GgmlPtr ctx(ggml_init(cp));
+  const NpcActs acts = build_npc_forward(ctx.get(), m.net, /*differentiable=*/true);
+  ggml_tensor *loss = ggml_cross_entropy_loss(ctx.get(), acts.logits, m.labels);
+  ggml_set_loss(loss);
+  ggml_cgraph *gb = ggml_new_graph_custom(ctx.get(), kGraph, /*grads=*/true);
+  ggml_build_forward_expand(gb, loss);
+  ggml_build_backward_expand(ctx.get(), gb, nullptr);
+  ggml_set_input(ggml_graph_get_grad_acc(gb, loss));
+  for (ggml_tensor *w : m.weights) {
+    ggml_tensor *d = ggml_graph_get_grad(gb, w);
+    if (d == nullptr) fail(Errc::backend, fmt::format("training graph: ggml found no gradient for '{}'", ggml_get_name(w)));
+    ggml_set_output(d);
+    ggml_build_forward_expand(gb, d);
+  }
+  ggml_backend_t backends[] = {m.backend};
+  SchedPtr sched(ggml_backend_sched_new(backends, nullptr, 1, kGraph, false, false));
+  if (!ggml_backend_sched_alloc_graph(sched.get(), gb)) fail(Errc::backend, "training graph: could not allocate");
+  ggml_graph_reset(gb);  // the loss's own gradient 1
+  if (ggml_backend_sched_graph_compute(sched.get(), gb) != GGML_STATUS_SUCCESS) {
+    fail(Errc::backend, "training graph: the CPU backend failed to compute the gradients");
+  }
+  for (ggml_tensor *w : m.weights) read(ggml_graph_get_grad(gb, w));
   return out;
 }
 

@@ -1,9 +1,9 @@
 // weft's own training graph for the llama architecture: the forward pass of
 // llama.cpp's `llm_build_llama` (get_rows embedding, RMSNorm, Q/K/V, RoPE in
-// NORM mode, causal softmax attention, SwiGLU FFN, output norm and matrix)
-// built with plain ggml ops that all have a backward pass, trained with
-// ggml-opt in static-graph mode. Unlike llama.cpp's llama_opt_* path, every
-// tensor trains: token_embd, attn_k and attn_v included. Internal.
+// NORM mode, causal softmax attention, SwiGLU FFN, output norm and matrix),
+// its backward pass written out (train_net.hpp says why) and ggml's AdamW
+// step, in static graphs. Unlike llama.cpp's llama_opt_* path, every tensor
+// trains: token_embd, attn_k and attn_v included. Internal.
 #pragma once
 
 #include <cstdint>
@@ -16,13 +16,20 @@
 
 namespace weft::detail {
 
+// Loss and next-token accuracy summed over forward passes.
+struct NpcTally {
+  double loss_sum = 0;  // per pass: mean cross-entropy over its tokens (nats)
+  std::int64_t passes = 0, tokens = 0, correct = 0;
+  double loss() const { return passes > 0 ? loss_sum / double(passes) : 0.0; }
+  double accuracy() const { return tokens > 0 ? double(correct) / double(tokens) : 0.0; }
+};
+
 struct NpcGraphSpec {
   int n_ctx = 256;     // tokens per sequence (positions 0 .. n_ctx-1)
   int n_seq = 1;       // sequences per optimizer step
   int n_threads = 1;
-  // AdamW parameters per step (ggml-opt asks once per step). Null: a
-  // forward-only graph, whose logits() can be read (ggml-opt's static graphs
-  // compute on a private copy, so a training graph's logits cannot).
+  // AdamW parameters, asked once per train_step (ggml-opt's type; only its
+  // adamw fields are read). Null: a forward-only graph (no optimizer state).
   ggml_opt_get_optimizer_params get_opt_pars = nullptr;
   void *get_opt_pars_ud = nullptr;
 };
@@ -41,13 +48,16 @@ class NpcGraph {
   int tokens_per_step() const;  // n_ctx * n_seq
 
   // tokens and labels: tokens_per_step() each, sequence after sequence.
-  // One forward + backward pass and one AdamW step; adds to `result`.
-  void train_step(const std::int32_t *tokens, const std::int32_t *labels, ggml_opt_result_t result);
-  // Forward only. A training graph adds loss/accuracy to `result` (may be
-  // null); a forward-only graph ignores `labels` and `result`.
-  void forward(const std::int32_t *tokens, const std::int32_t *labels, ggml_opt_result_t result);
-  // Logits of the last forward pass of a forward-only graph: n_vocab per token.
+  // One forward + backward pass and one AdamW step; adds to `tally`.
+  void train_step(const std::int32_t *tokens, const std::int32_t *labels, NpcTally *tally);
+  // Forward only; adds loss/accuracy to `tally` (may be null).
+  void forward(const std::int32_t *tokens, const std::int32_t *labels, NpcTally *tally);
+  // Logits of the last forward pass: n_vocab per token.
   std::vector<float> logits() const;
+  // The gradient of every weight (in GGUF tensor order) for one batch, by the
+  // hand-written backward pass or by ggml's automatic one (for tests: the
+  // independent path). Needs a training graph; changes no weight.
+  std::vector<std::vector<float>> gradients(const std::int32_t *tokens, const std::int32_t *labels, bool automatic);
   // Copies the current weights into the matching tensors of `data`.
   void store(ggml_context *data) const;
 

@@ -6,10 +6,12 @@
 
 #include <csignal>
 #include <cstdio>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include <ggml-opt.h>
 #include <gguf.h>
 #include <llama.h>
 
@@ -246,6 +248,58 @@ TEST(Train, TrainingGraphForwardEqualsLlamaCppLogits) {
   EXPECT_GT(max_abs, 1.0);  // trained logits, not a flat distribution
   EXPECT_LT(max_diff, 1e-3 * max_abs) << "max |llama.cpp - weft graph| = " << max_diff << " of " << max_abs;
   EXPECT_EQ(same_argmax, kCtx);
+}
+
+// The trainer's backward pass is written out by hand (train_net.cpp); ggml's
+// automatic one is the independent path. Two sequences per step (the batch
+// dimension of the attention products), trained weights (not the init's
+// symmetric ones) and the untrained ones.
+TEST(Train, HandWrittenGradientsEqualGgmlsAutomaticOnes) {
+  auto dir = weft_test::temp_dir("train-grad");
+  auto t = small_run(dir / "npc.gguf");
+  t.corpus.target_bytes = 12'000;
+  t.n_layer = 2;
+  weft::train_npc_model(t);
+
+  ggml_context *data_ctx = nullptr;
+  gguf_init_params gp{/*no_alloc=*/false, &data_ctx};
+  weft::detail::GgufPtr g(gguf_init_from_file(t.out.c_str(), gp));
+  weft::detail::GgmlPtr data(data_ctx);
+  ASSERT_TRUE(g);
+  constexpr int kCtx = 256, kSeq = 2;
+  auto pars = [](void *) { return ggml_opt_get_default_optimizer_params(nullptr); };
+  weft::detail::NpcGraph graph(g.get(), data.get(),
+                               {.n_ctx = kCtx, .n_seq = kSeq, .n_threads = 2, .get_opt_pars = pars});
+  for (std::uint64_t seed : {21u, 22u}) {
+    std::mt19937 rng(static_cast<std::uint32_t>(seed));
+    std::vector<std::int32_t> tokens(kCtx * kSeq), labels(tokens.size());
+    for (auto &x : tokens) x = static_cast<std::int32_t>(rng() % static_cast<unsigned>(graph.n_vocab()));
+    for (auto &x : labels) x = static_cast<std::int32_t>(rng() % static_cast<unsigned>(graph.n_vocab()));
+    const auto ours = graph.gradients(tokens.data(), labels.data(), /*automatic=*/false);
+    const auto ref = graph.gradients(tokens.data(), labels.data(), /*automatic=*/true);
+    ASSERT_EQ(ours.size(), ref.size());
+    ASSERT_EQ(ours.size(), 3u + 9u * 2u);
+    double worst = 0;
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      ASSERT_EQ(ours[i].size(), ref[i].size()) << "tensor " << i;
+      double max_diff = 0, max_abs = 0;
+      for (std::size_t j = 0; j < ref[i].size(); ++j) {
+        max_diff = std::max(max_diff, double(std::fabs(ours[i][j] - ref[i][j])));
+        max_abs = std::max(max_abs, double(std::fabs(ref[i][j])));
+      }
+      EXPECT_GT(max_abs, 0.0) << "tensor " << i << " has no gradient";
+      EXPECT_LT(max_diff, 1e-5 * max_abs) << "tensor " << i << ": max |diff| " << max_diff << " of " << max_abs;
+      worst = std::max(worst, max_diff / max_abs);
+    }
+    std::printf("seed %llu: worst gradient difference %.3g of the tensor's largest\n",
+                static_cast<unsigned long long>(seed), worst);
+  }
+  // A training step moves the weights; gradients() did not.
+  std::vector<std::int32_t> tokens(kCtx * kSeq, 5);
+  const auto before = graph.gradients(tokens.data(), tokens.data(), false);
+  EXPECT_EQ(before, graph.gradients(tokens.data(), tokens.data(), false));
+  graph.train_step(tokens.data(), tokens.data(), nullptr);
+  EXPECT_NE(before, graph.gradients(tokens.data(), tokens.data(), false));
 }
 
 TEST(Train, FittedVocabularyTokenizesCorpusWordsWholeAndRoundTripsAnyText) {
