@@ -56,7 +56,7 @@ struct TrainParams {
   int n_ctx = 256;          // training window in tokens; default 256 (a multiple of 256: llama.cpp pads contexts)
   int n_batch = 256;        // tokens per optimizer step: 1 .. 64 whole windows of n_ctx, or a divisor of n_ctx
                             // (then sequences of n_batch tokens: less context); default 256
-  int epochs = 12;          // default 12
+  int epochs = 14;          // default 14
   float lr = 2e-3f;         // peak AdamW learning rate; default 2e-3
   float lr_min = 2e-4f;     // end of the cosine decay; default 2e-4
   int warmup_steps = 50;    // linear warm-up, in optimizer steps; default 50
