@@ -16,6 +16,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+#endif
+
 namespace weft::detail {
 namespace {
 
@@ -28,11 +32,53 @@ const float *at(const ggml_tensor *t, std::int64_t i0, std::int64_t i1, std::int
                                          i2 * t->nb[2] + i3 * t->nb[3]);
 }
 
+// One 8 x 8 block: d row c, column r = s row r, column c (strides in bytes).
+void block8_plain(const char *s, std::size_t sr, char *d, std::size_t dr) {
+  float t[8][8];
+  for (int r = 0; r < 8; ++r) std::memcpy(t[r], s + r * sr, sizeof t[r]);
+  for (int c = 0; c < 8; ++c) {
+    float *out = reinterpret_cast<float *>(d + c * dr);
+    for (int r = 0; r < 8; ++r) out[r] = t[r][c];
+  }
+}
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+// The same in AVX registers (unpack/shuffle/permute), where the CPU has AVX:
+// three times fewer instructions than the scalar block.
+__attribute__((target("avx"))) void block8_avx(const char *s, std::size_t sr, char *d, std::size_t dr) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(reinterpret_cast<const float *>(s + i * sr));
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(reinterpret_cast<float *>(d + i * dr), _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(reinterpret_cast<float *>(d + (i + 4) * dr), _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+using Block8 = void (*)(const char *, std::size_t, char *, std::size_t);
+Block8 pick_block8() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx") ? block8_avx : block8_plain;
+}
+#else
+using Block8 = void (*)(const char *, std::size_t, char *, std::size_t);
+Block8 pick_block8() { return block8_plain; }
+#endif
+
 // dst[i0, i1] = src[i1, i0] (dims 2, 3 kept), zero where i0 >= src->ne[1].
 // ggml's own copy of a transposed view moves one element per memcpy call;
-// this moves 8 x 8 blocks through a local array (contiguous loads and
-// stores on both sides), tiles of 64 rows per task.
+// this moves 8 x 8 blocks, tiles of 64 rows per task.
 void transpose_op(ggml_tensor *dst, int ith, int nth, void *) {
+  static const Block8 block8 = pick_block8();
   const ggml_tensor *src = dst->src[0];
   constexpr std::int64_t kTile = 64, kB = 8;
   const std::int64_t n0 = src->ne[1], tiles1 = (dst->ne[1] + kTile - 1) / kTile;
@@ -48,14 +94,7 @@ void transpose_op(ggml_tensor *dst, int ith, int nth, void *) {
       const std::int64_t n1 = std::min(kB, i1b - i1);
       std::int64_t i0 = 0;
       for (; blocks && n1 == kB && i0 + kB <= n0; i0 += kB) {
-        float t[kB][kB];
-        for (std::int64_t r = 0; r < kB; ++r) {
-          std::memcpy(t[r], s0 + (i0 + r) * sr + i1 * sizeof(float), sizeof t[r]);
-        }
-        for (std::int64_t c = 0; c < kB; ++c) {
-          float *d = reinterpret_cast<float *>(d0 + (i1 + c) * dr) + i0;
-          for (std::int64_t r = 0; r < kB; ++r) d[r] = t[r][c];
-        }
+        block8(s0 + i0 * sr + i1 * sizeof(float), sr, d0 + i1 * dr + i0 * sizeof(float), dr);
       }
       for (std::int64_t c = 0; c < n1; ++c) {
         float *d = reinterpret_cast<float *>(d0 + (i1 + c) * dr);
