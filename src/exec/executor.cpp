@@ -114,6 +114,17 @@ void StepStats::record(double step_s, double decode_s) {
 
 int LlamaDecoder::decode(llama_context *ctx, llama_batch &batch) { return llama_decode(ctx, batch); }
 
+// Polled: the encoder thread's wait is at most kEncodeGate and costs the
+// step nothing (no lock, no notification on its path).
+void ExecutorCore::await_step_end() const {
+  if (stepping.load() == std::thread::id{}) return;
+  const std::uint64_t seen = steps_ended.load();
+  const auto until = std::chrono::steady_clock::now() + kEncodeGate;
+  while (stepping.load() != std::thread::id{} && steps_ended.load() == seen && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
     : model(std::move(m)),
       params(p),
@@ -164,7 +175,7 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   batch = new llama_batch(llama_batch_init(static_cast<int32_t>(params.n_batch), 0, 1));
   if (params.projector) {
     projector = params.projector.impl();
-    encoder = std::make_unique<MediaEncoder>(projector, [this] { notify_work(); });
+    encoder = std::make_unique<MediaEncoder>(projector, [this] { notify_work(); }, [this] { await_step_end(); });
     // Made now, not in the step of the first image (tens of milliseconds).
     if (projector->non_causal) media_context();
   }

@@ -123,6 +123,12 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
 
   std::mutex step_mu;
   std::atomic<std::thread::id> stepping{};
+  std::atomic<std::uint64_t> steps_ended{0};  // counts step() returns (the encoder's gate reads it)
+  // The encoder's gate (executor.cpp): an image queued while a step runs
+  // waits for that step to end, at most kEncodeGate, so its encode does not
+  // take the cores from the step's decodes.
+  static constexpr std::chrono::milliseconds kEncodeGate{25};
+  void await_step_end() const;
   mutable std::mutex mu;
   bool closed = false;  // the Executor object is gone
 

@@ -10,8 +10,12 @@
 
 namespace weft::detail {
 
-MediaEncoder::MediaEncoder(std::shared_ptr<Projector::Impl> projector, std::function<void()> on_ready)
-    : projector_(std::move(projector)), on_ready_(std::move(on_ready)), thread_([this] { loop(); }) {}
+MediaEncoder::MediaEncoder(std::shared_ptr<Projector::Impl> projector, std::function<void()> on_ready,
+                           std::function<void()> before_encode)
+    : projector_(std::move(projector)),
+      on_ready_(std::move(on_ready)),
+      before_encode_(std::move(before_encode)),
+      thread_([this] { loop(); }) {}
 
 MediaEncoder::~MediaEncoder() {
   {
@@ -86,6 +90,7 @@ void MediaEncoder::loop() {
     ++busy_;
     auto hook = hook_;
     lock.unlock();
+    if (before_encode_) before_encode_();
     const auto t0 = std::chrono::steady_clock::now();
     if (run_hook(hook, *m)) encode_media(*projector_, *m);
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

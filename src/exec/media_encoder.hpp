@@ -5,8 +5,11 @@
 // does: the step decodes an image only once its embeddings are ready, and
 // meanwhile the conversation's later input waits behind it while everyone
 // else keeps stepping. `on_ready` (the worker's wake-up) is called after each
-// image, with no lock of the encoder held. Images nobody holds any more (a
-// disposed conversation's) are skipped.
+// image, with no lock of the encoder held. `before_encode` (may be empty)
+// runs on this thread before each encode, with no lock of the encoder held,
+// and returns within a bounded time: the executor's gate that keeps an
+// encode from starting beside a step's decodes. Images nobody holds any more
+// (a disposed conversation's) are skipped.
 //
 // Bounded: the thread sleeps at most kIdle between checks of its stop flag;
 // the destructor stops and joins it, waiting for at most the encode in
@@ -29,7 +32,8 @@ class MediaEncoder {
  public:
   static constexpr std::chrono::milliseconds kIdle{100};
 
-  MediaEncoder(std::shared_ptr<Projector::Impl> projector, std::function<void()> on_ready);
+  MediaEncoder(std::shared_ptr<Projector::Impl> projector, std::function<void()> on_ready,
+               std::function<void()> before_encode = {});
   ~MediaEncoder();
   MediaEncoder(const MediaEncoder &) = delete;
   MediaEncoder &operator=(const MediaEncoder &) = delete;
@@ -55,6 +59,7 @@ class MediaEncoder {
 
   std::shared_ptr<Projector::Impl> projector_;
   std::function<void()> on_ready_;
+  std::function<void()> before_encode_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<MediaChunk>> queue_;

@@ -46,8 +46,12 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   stepping.store(std::this_thread::get_id());
   struct Unmark {
     std::atomic<std::thread::id> &s;
-    ~Unmark() { s.store(std::thread::id{}); }
-  } unmark{stepping};
+    std::atomic<std::uint64_t> &ended;
+    ~Unmark() {
+      s.store(std::thread::id{});
+      ended.fetch_add(1);
+    }
+  } unmark{stepping, steps_ended};
 
   StepResult result;
   std::unique_lock lock(mu);

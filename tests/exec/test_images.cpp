@@ -300,6 +300,64 @@ TEST(Images, ImagesShareOneEmbeddingsBatch) {
   for (int i = 0; i < 3; ++i) expect_logits(convs[i], reference(inputs[i]), fmt::format("image {}", i));
 }
 
+// An image queued while a step runs is encoded after that step, not beside
+// it (the encode would take the step's cores: docs/EXECUTOR.md); while steps
+// run back to back, it still starts at the next step boundary.
+TEST(Images, AnImageQueuedDuringAStepIsEncodedAfterIt) {
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(8);
+  weft::Executor ex(m, params());
+  auto &core = weft::detail::TestAccess::core(ex);
+  auto talker = ex.create();
+  talker.prompt(random_tokens(rng, m, 6, true));
+  run_until_logits(ex, {talker}, rng, 64);
+  auto gen = talker.generate({.max_tokens = 100000});
+  // Every token decode takes 10 ms: steps long enough to queue an image into.
+  weft::detail::set_decode_hook(ex, [](const llama_batch &b) {
+    if (b.embd == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return 0;
+  });
+  std::atomic<int> encodes{0}, beside_a_step{0};
+  weft::detail::set_encode_hook(ex, [&] {
+    ++encodes;
+    if (core.stepping.load() != std::thread::id{}) ++beside_a_step;
+  });
+  const Rgb img = random_image(rng, 32, 32);
+  for (int round = 0; round < 3; ++round) {
+    auto c = ex.create();
+    c.prompt(random_tokens(rng, m, 3, true));
+    std::thread game([&] {
+      const auto until = Clock::now() + std::chrono::seconds(10);
+      while (core.stepping.load() == std::thread::id{} && Clock::now() < until) std::this_thread::yield();
+      c.prompt_image(img.w, img.h, img.px);  // mid-step, from another thread
+    });
+    (void)ex.step();
+    game.join();
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (!c.images().at(0).encoded && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(c.images().at(0).encoded) << "round " << round;
+    c.dispose();
+  }
+  EXPECT_EQ(encodes.load(), 3);
+  EXPECT_EQ(beside_a_step.load(), 0);
+
+  // Steps back to back: the image is not held back for a gap that never
+  // comes (it starts at a boundary, beside the next step).
+  auto c = ex.create();
+  c.prompt(random_tokens(rng, m, 3, true));
+  c.prompt_image(img.w, img.h, img.px);
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  int steps = 0;
+  while (!c.images().at(0).encoded && Clock::now() < until) {
+    (void)ex.step();
+    ++steps;
+  }
+  EXPECT_TRUE(c.images().at(0).encoded);
+  EXPECT_LE(steps, 20) << "the encoder waited out " << steps << " steps of 10 ms";
+  weft::detail::set_decode_hook(ex, nullptr);
+  weft::detail::set_encode_hook(ex, nullptr);
+}
+
 // Without the second context (it could not be made, or the images need
 // adapters), non-causal images go through the main context with its
 // attention flipped around the batch, as mtmd's helper does: the same logits.

@@ -484,7 +484,7 @@ TEST(ImagesMrope, AnImageThatOverrunsTheDeadlineLeavesTheTokensTheirTurn) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (c.n_decoded() < sp.begin + sp.n_tokens && std::chrono::steady_clock::now() < until) {
     std::vector<std::uint32_t> before;
-    for (auto &g : gens) before.push_back(g.n_tokens());
+    for (auto &g : gens) before.push_back(static_cast<std::uint32_t>(g.n_tokens()));
     const int slow_before = slow.load();
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = ex.step({.max_tokens = 8, .deadline = t0 + std::chrono::milliseconds(5)});
