@@ -45,6 +45,26 @@ weft::TrainParams small_run(const std::filesystem::path &out) {
   return t;
 }
 
+// A 2-layer test model, trained and read back (weights in memory; the file
+// stays at params.out).
+struct TrainedFile {
+  weft::TrainParams params;
+  weft::detail::GgufPtr gguf;
+  weft::detail::GgmlPtr data;
+};
+TrainedFile trained_two_layers(const std::string &name) {
+  TrainedFile f;
+  f.params = small_run(weft_test::temp_dir(name) / "npc.gguf");
+  f.params.corpus.target_bytes = 12'000;
+  f.params.n_layer = 2;
+  weft::train_npc_model(f.params);
+  ggml_context *data_ctx = nullptr;
+  gguf_init_params gp{/*no_alloc=*/false, &data_ctx};
+  f.gguf.reset(gguf_init_from_file(f.params.out.c_str(), gp));
+  f.data.reset(data_ctx);
+  return f;
+}
+
 std::size_t files_in(const std::filesystem::path &dir) {
   return static_cast<std::size_t>(
       std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()));
@@ -180,16 +200,7 @@ TEST(Train, ShortRunLowersHeldOutLossAndWritesALoadableModel) {
 // over a window of a trained model gives the logits stock llama.cpp decodes
 // from the written GGUF, token for token.
 TEST(Train, TrainingGraphForwardEqualsLlamaCppLogits) {
-  auto dir = weft_test::temp_dir("train-graph");
-  auto t = small_run(dir / "npc.gguf");
-  t.corpus.target_bytes = 12'000;
-  t.n_layer = 2;
-  weft::train_npc_model(t);
-
-  ggml_context *data_ctx = nullptr;
-  gguf_init_params gp{/*no_alloc=*/false, &data_ctx};
-  weft::detail::GgufPtr g(gguf_init_from_file(t.out.c_str(), gp));
-  weft::detail::GgmlPtr data(data_ctx);
+  const auto [t, g, data] = trained_two_layers("train-graph");
   ASSERT_TRUE(g);
   constexpr int kCtx = 256;
   weft::detail::NpcGraph graph(g.get(), data.get(), {.n_ctx = kCtx, .n_seq = 1, .n_threads = 2});
@@ -252,19 +263,10 @@ TEST(Train, TrainingGraphForwardEqualsLlamaCppLogits) {
 
 // The trainer's backward pass is written out by hand (train_net.cpp); ggml's
 // automatic one is the independent path. Two sequences per step (the batch
-// dimension of the attention products), trained weights (not the init's
-// symmetric ones) and the untrained ones.
+// dimension of the attention products) and trained weights (not the init's
+// small ones).
 TEST(Train, HandWrittenGradientsEqualGgmlsAutomaticOnes) {
-  auto dir = weft_test::temp_dir("train-grad");
-  auto t = small_run(dir / "npc.gguf");
-  t.corpus.target_bytes = 12'000;
-  t.n_layer = 2;
-  weft::train_npc_model(t);
-
-  ggml_context *data_ctx = nullptr;
-  gguf_init_params gp{/*no_alloc=*/false, &data_ctx};
-  weft::detail::GgufPtr g(gguf_init_from_file(t.out.c_str(), gp));
-  weft::detail::GgmlPtr data(data_ctx);
+  const auto [t, g, data] = trained_two_layers("train-grad");
   ASSERT_TRUE(g);
   constexpr int kCtx = 256, kSeq = 2;
   auto pars = [](void *) { return ggml_opt_get_default_optimizer_params(nullptr); };
