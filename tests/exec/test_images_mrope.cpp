@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -500,4 +501,63 @@ TEST(ImagesMrope, AnImageThatOverrunsTheDeadlineLeavesTheTokensTheirTurn) {
   EXPECT_GE(steps_with_image, 1);
   EXPECT_EQ(c.n_decoded(), sp.begin + sp.n_tokens);
 }
+// A piece of a part-decoded image fails in llama_decode (persistently, then
+// no more): the error reaches that conversation only, none of its input is
+// lost (the cache goes back to what was committed), the others go on, and
+// once the fault is gone it finishes with mtmd's logits.
+TEST(ImagesMrope, AFailedPieceOfAPartDecodedImageLosesNothing) {
+  const auto &f = qwen();
+  const auto &m = f.model;
+  std::mt19937 rng(93);
+  weft::Executor ex(m, params(64, f));
+  auto others = neighbours(ex, rng, 3);
+  Scene s;
+  s.text.push_back(random_tokens(rng, m, 4, true));
+  s.imgs.push_back(random_image(rng, 180, 160));
+  s.parts.push_back(tokenize(s.imgs.back(), f));
+  s.text.push_back(random_tokens(rng, m, 3));
+  auto c = prompt_scene(ex, s);
+  const auto sp = c.images().at(0);
+  const std::uint32_t total = c.n_tokens();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!(c.n_decoded() > sp.begin && c.n_decoded() < sp.begin + sp.n_tokens) &&
+         std::chrono::steady_clock::now() < until) {
+    if (ex.step({.max_tokens = 4}).idle) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GT(c.n_decoded(), sp.begin) << "the image never stood part-decoded between steps";
+  ASSERT_LT(c.n_decoded(), sp.begin + sp.n_tokens);
+  const std::uint32_t at = c.n_decoded();
+
+  std::atomic<int> refused{0};
+  weft::detail::set_decode_hook(ex, [&](const llama_batch &b) {
+    if (b.embd == nullptr) return 0;
+    ++refused;
+    return -3;
+  });
+  std::vector<std::uint32_t> others_before;
+  for (auto &o : others) others_before.push_back(o.n_decoded());
+  for (int i = 0; i < 20 && !c.error(); ++i) (void)ex.step({.max_tokens = 4});
+  ASSERT_TRUE(c.error().has_value());
+  EXPECT_GE(refused.load(), 1);
+  EXPECT_EQ(c.error()->code(), weft::Errc::backend);
+  EXPECT_NE(std::string(c.error()->what()).find("returned -3"), std::string::npos) << c.error()->what();
+  EXPECT_EQ(c.n_tokens(), total) << "nothing lost";
+  EXPECT_LE(c.n_decoded(), at);
+  EXPECT_GE(c.n_decoded(), sp.begin);
+  EXPECT_EQ(c.n_decoded() + c.n_queued(), total);
+  std::printf("image at %u..%u, part-decoded to %u, held at %u after the failed piece\n", sp.begin,
+              sp.begin + sp.n_tokens, at, c.n_decoded());
+  // The others kept stepping while the image failed.
+  for (int i = 0; i < 30; ++i) (void)ex.step({.max_tokens = 4});
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    EXPECT_TRUE(others[i].has_logits() || others[i].n_decoded() > others_before[i]) << "neighbour " << i;
+    EXPECT_FALSE(others[i].error().has_value()) << "neighbour " << i;
+  }
+
+  weft::detail::set_decode_hook(ex, nullptr);
+  c.clear_error();
+  run_until_logits(ex, {c}, rng, 8);
+  expect(c, s.input(), "after a failed piece, recovered");
+}
+
 #endif  // WEFT_HAVE_MTMD
