@@ -375,6 +375,46 @@ TEST(Images, WithoutTheSecondContextTheMainOneFlips) {
   for (int i = 0; i < 3; ++i) expect_logits(convs[i], reference(inputs[i]), fmt::format("image {}, main context", i));
 }
 
+// Forks of one long prompt, each shown an image: in the main context they
+// share the prompt's cells, but the second context would need a copy each
+// (3 x 640 cells > its 1,024), so the group goes through the main context
+// instead, flipping its attention; the logits are still mtmd's.
+TEST(Images, ForksTooLongForTheSecondContextTogetherGoThroughTheMainOne) {
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(12);
+  weft::Executor ex(m, params());
+  const auto &core = weft::detail::TestAccess::core(ex);
+  ASSERT_NE(core.media_ctx, nullptr);
+  ASSERT_LT(llama_n_ctx(core.media_ctx), 3u * 640u);
+  const auto lore = random_tokens(rng, m, 620, true);
+  auto root = ex.create();
+  root.prompt(lore);
+  run_until_logits(ex, {root}, rng, 64);
+  std::vector<weft::Conversation> convs;
+  std::vector<std::vector<Part>> inputs;
+  std::vector<ImageParts> keep;
+  keep.reserve(3);
+  for (int i = 0; i < 3; ++i) {
+    const Rgb img = random_image(rng, 32, 32);
+    const auto after = random_tokens(rng, m, 2 + i);
+    keep.push_back(tokenize(img));
+    convs.push_back(root.fork());
+    convs.back().prompt_image(img.w, img.h, img.px);
+    convs.back().prompt(after);
+    inputs.push_back({lore, keep.back().before, keep.back().image, keep.back().after, after});
+  }
+  // Wait for the three encodes, so one step decodes the three images as a group.
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < until &&
+         !std::all_of(convs.begin(), convs.end(), [](auto &c) { return c.images()[0].encoded; })) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  run_until_logits(ex, convs, rng, 64);
+  for (int i = 0; i < 3; ++i) {
+    expect_logits(convs[i], reference(inputs[i]), fmt::format("fork {}, image through the main context", i));
+  }
+}
+
 // A projector of another model, a missing file and a text model as
 // projector are typed errors. (M-RoPE images: test_images_mrope.cpp.)
 TEST(Images, ProjectorLoadRefusals) {
