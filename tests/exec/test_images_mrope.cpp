@@ -67,6 +67,16 @@ Scene scene(std::mt19937 &rng, int n_images) {
   return s;
 }
 
+// Text (n_before tokens, BOS first), one w x h image, text (n_after).
+Scene one_image(std::mt19937 &rng, int n_before, std::uint32_t w, std::uint32_t h, int n_after) {
+  Scene s;
+  s.text.push_back(random_tokens(rng, qwen().model, n_before, true));
+  s.imgs.push_back(random_image(rng, w, h));
+  s.parts.push_back(tokenize(s.imgs.back(), qwen()));
+  s.text.push_back(random_tokens(rng, qwen().model, n_after));
+  return s;
+}
+
 weft::Conversation prompt_scene(weft::Executor &ex, const Scene &s) {
   auto c = ex.create();
   c.prompt(s.text[0]);
@@ -465,11 +475,7 @@ TEST(ImagesMrope, AnImageThatOverrunsTheDeadlineLeavesTheTokensTheirTurn) {
   }
   run_until_logits(ex, talkers, rng, 16);
   for (auto &t : talkers) gens.push_back(t.generate({.max_tokens = 1000}));
-  Scene s;
-  s.text.push_back(random_tokens(rng, m, 3, true));
-  s.imgs.push_back(random_image(rng, 200, 200));
-  s.parts.push_back(tokenize(s.imgs.back(), f));
-  s.text.push_back(random_tokens(rng, m, 2));
+  const Scene s = one_image(rng, 3, 200, 200, 2);
   auto c = prompt_scene(ex, s);
   const auto sp = c.images().at(0);
   // The image's embeddings batches take 30 ms; the deadline is 5 ms.
@@ -501,6 +507,7 @@ TEST(ImagesMrope, AnImageThatOverrunsTheDeadlineLeavesTheTokensTheirTurn) {
   EXPECT_GE(steps_with_image, 1);
   EXPECT_EQ(c.n_decoded(), sp.begin + sp.n_tokens);
 }
+
 // A piece of a part-decoded image fails in llama_decode (persistently, then
 // no more): the error reaches that conversation only, none of its input is
 // lost (the cache goes back to what was committed), the others go on, and
@@ -511,11 +518,7 @@ TEST(ImagesMrope, AFailedPieceOfAPartDecodedImageLosesNothing) {
   std::mt19937 rng(93);
   weft::Executor ex(m, params(64, f));
   auto others = neighbours(ex, rng, 3);
-  Scene s;
-  s.text.push_back(random_tokens(rng, m, 4, true));
-  s.imgs.push_back(random_image(rng, 180, 160));
-  s.parts.push_back(tokenize(s.imgs.back(), f));
-  s.text.push_back(random_tokens(rng, m, 3));
+  const Scene s = one_image(rng, 4, 180, 160, 3);
   auto c = prompt_scene(ex, s);
   const auto sp = c.images().at(0);
   const std::uint32_t total = c.n_tokens();
