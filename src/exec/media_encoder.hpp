@@ -13,7 +13,7 @@
 //
 // Bounded: the thread sleeps at most kIdle between checks of its stop flag;
 // the destructor stops and joins it, waiting for at most the encode in
-// progress. Thread-safe; its lock is taken after the executor's state lock.
+// progress (and its `before_encode`). Thread-safe; its lock is taken after the executor's state lock.
 #pragma once
 
 #include <chrono>
