@@ -147,14 +147,16 @@ struct Rope {
   }
 };
 
-ggml_tensor *norm(ggml_context *ctx, const NpcNet &net, ggml_tensor *x, ggml_tensor *w) {
-  return ggml_mul(ctx, ggml_rms_norm(ctx, x, net.eps), w);
+// rms_norm(x) * w; *n: rms_norm(x), which the backward pass reads again.
+ggml_tensor *norm(ggml_context *ctx, const NpcNet &net, ggml_tensor *x, ggml_tensor *w, ggml_tensor **n) {
+  *n = ggml_rms_norm(ctx, x, net.eps);
+  return ggml_mul(ctx, *n, w);
 }
 
-// Gradients of norm(x, w) given dy: sets dw, returns dx.
-ggml_tensor *norm_back(ggml_context *ctx, const NpcNet &net, ggml_tensor *x, ggml_tensor *w, ggml_tensor *dy,
-                       ggml_tensor **dw) {
-  *dw = ggml_repeat_back(ctx, ggml_mul(ctx, ggml_rms_norm(ctx, x, net.eps), dy), w);
+// Gradients of norm(x, w) (n = rms_norm(x)) given dy: sets dw, returns dx.
+ggml_tensor *norm_back(ggml_context *ctx, const NpcNet &net, ggml_tensor *x, ggml_tensor *n, ggml_tensor *w,
+                       ggml_tensor *dy, ggml_tensor **dw) {
+  *dw = ggml_repeat_back(ctx, ggml_mul(ctx, n, dy), w);
   return ggml_rms_norm_back(ctx, ggml_mul(ctx, dy, w), x, net.eps);
 }
 
@@ -171,7 +173,7 @@ NpcActs build_npc_forward(ggml_context *ctx, const NpcNet &net, bool differentia
   for (const NpcLayer &L : net.layers) {
     NpcLayerActs s{};
     s.x_in = x;
-    s.cur1 = norm(ctx, net, x, L.attn_norm);
+    s.cur1 = norm(ctx, net, x, L.attn_norm, &s.n1);
     ggml_tensor *q = rope.fwd(ctx, ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wq, s.cur1), hd, H, N));
     ggml_tensor *k = rope.fwd(ctx, ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wk, s.cur1), hd, H, N));
     ggml_tensor *v = ggml_mul_mat(ctx, L.wv, s.cur1);
@@ -184,7 +186,7 @@ NpcActs build_npc_forward(ggml_context *ctx, const NpcNet &net, bool differentia
     ggml_tensor *kqv = ggml_mul_mat(ctx, s.vt, s.p);                        // [hd, T_q, H, B]
     s.o = ggml_reshape_2d(ctx, swap12(ctx, kqv), E, N);                     // [E, N]
     s.x_mid = ggml_add(ctx, ggml_mul_mat(ctx, L.wo, s.o), x);
-    s.cur2 = norm(ctx, net, s.x_mid, L.ffn_norm);
+    s.cur2 = norm(ctx, net, s.x_mid, L.ffn_norm, &s.n2);
     s.g = ggml_mul_mat(ctx, L.gate, s.cur2);
     s.u = ggml_mul_mat(ctx, L.up, s.cur2);
     s.h = ggml_swiglu_split(ctx, s.g, s.u);
@@ -192,7 +194,7 @@ NpcActs build_npc_forward(ggml_context *ctx, const NpcNet &net, bool differentia
     a.layers.push_back(s);
   }
   a.x_last = x;
-  a.cur_last = norm(ctx, net, x, net.out_norm);
+  a.cur_last = norm(ctx, net, x, net.out_norm, &a.n_last);
   // [n_vocab, N]; the fast way round computes [N, n_vocab] and transposes it
   // (ggml cannot differentiate the custom transpose).
   a.logits = differentiable ? ggml_mul_mat(ctx, net.output, a.cur_last) : tr(ctx, ggml_mul_mat(ctx, a.cur_last, net.output));
@@ -221,7 +223,7 @@ std::vector<ggml_tensor *> build_npc_backward(ggml_context *ctx, const NpcNet &n
   ggml_tensor *d_output = wgrad(tr(ctx, a.cur_last), dlogits);
   ggml_tensor *d_out_norm = nullptr;
   ggml_tensor *dcur_last = ggml_mul_mat(ctx, tr(ctx, net.output, kPad), pad_rows(ctx, dlogits, kPad));
-  ggml_tensor *dx = norm_back(ctx, net, a.x_last, net.out_norm, dcur_last, &d_out_norm);
+  ggml_tensor *dx = norm_back(ctx, net, a.x_last, a.n_last, net.out_norm, dcur_last, &d_out_norm);
   for (std::size_t l = net.layers.size(); l-- > 0;) {
     const NpcLayer &L = net.layers[l];
     const NpcLayerActs &s = a.layers[l];
@@ -234,7 +236,7 @@ std::vector<ggml_tensor *> build_npc_backward(ggml_context *ctx, const NpcNet &n
     ggml_tensor *d_gate = wgrad(cur2t, dg), *d_up = wgrad(cur2t, du);
     ggml_tensor *d_ffn_norm = nullptr;
     ggml_tensor *dx_mid =
-        ggml_add(ctx, dx, norm_back(ctx, net, s.x_mid, L.ffn_norm,
+        ggml_add(ctx, dx, norm_back(ctx, net, s.x_mid, s.n2, L.ffn_norm,
                                     ggml_add(ctx, xgrad(L.gate, dg), xgrad(L.up, du)), &d_ffn_norm));
     // Attention: x_mid = x_in + wo * o
     ggml_tensor *d_wo = wgrad(tr(ctx, s.o), dx_mid);
@@ -253,7 +255,7 @@ std::vector<ggml_tensor *> build_npc_backward(ggml_context *ctx, const NpcNet &n
     ggml_tensor *d_wq = wgrad(cur1t, dq), *d_wk = wgrad(cur1t, dk), *d_wv = wgrad(cur1t, dv);
     ggml_tensor *dcur1 = ggml_add(ctx, ggml_add(ctx, xgrad(L.wq, dq), xgrad(L.wk, dk)), xgrad(L.wv, dv));
     ggml_tensor *d_attn_norm = nullptr;
-    dx = ggml_add(ctx, dx_mid, norm_back(ctx, net, s.x_in, L.attn_norm, dcur1, &d_attn_norm));
+    dx = ggml_add(ctx, dx_mid, norm_back(ctx, net, s.x_in, s.n1, L.attn_norm, dcur1, &d_attn_norm));
     layer_grads.insert(layer_grads.end(), {d_attn_norm, d_wq, d_wk, d_wv, d_wo, d_ffn_norm, d_gate, d_up, d_down});
   }
   ggml_tensor *d_tok_embd = ggml_get_rows_back(ctx, dx, net.tokens, net.tok_embd);

@@ -33,11 +33,11 @@ struct NpcNet {
 
 // What the backward pass reads from the forward pass, per layer.
 struct NpcLayerActs {
-  ggml_tensor *x_in, *cur1, *q4, *k4, *vt, *p, *o, *x_mid, *cur2, *g, *u, *h;
+  ggml_tensor *x_in, *n1, *cur1, *q4, *k4, *vt, *p, *o, *x_mid, *n2, *cur2, *g, *u, *h;  // n: rms_norm
 };
 struct NpcActs {
   std::vector<NpcLayerActs> layers;
-  ggml_tensor *x_last = nullptr, *cur_last = nullptr, *logits = nullptr;  // logits: [n_vocab, N]
+  ggml_tensor *x_last = nullptr, *n_last = nullptr, *cur_last = nullptr, *logits = nullptr;  // logits: [n_vocab, N]
 };
 
 // `differentiable`: only ops ggml's automatic backward pass knows (for the
