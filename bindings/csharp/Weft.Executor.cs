@@ -40,6 +40,9 @@ namespace Weft
         // Images (Conversation.PromptImage): a projector loaded for this
         // model; the executor keeps its own reference. null = no images.
         public Projector Projector;
+        // Who encodes its images: ImageEncoding.Thread (the default), or
+        // Caller: nothing encodes them until Executor.EncodeImages is called.
+        public ImageEncoding ImageEncoding;
 
         public ExecutorParams()
         {
@@ -59,6 +62,7 @@ namespace Weft
             SpillDiskBytes = (long)n.spill_disk_bytes;
             SpillRecompute = n.spill_recompute != 0;
             PrefixCacheCells = n.prefix_cache_cells;
+            ImageEncoding = (ImageEncoding)n.image_encoding;
         }
 
         internal static ExecutorParamsNative Defaults()
@@ -118,11 +122,13 @@ namespace Weft
         // switch adds to that decode.
         public long AdapterSwitches;
         public double AdapterSwitchMs;
-        // Images: encoded by the executor's encoder thread and its total time
-        // on them (never inside a step); embeddings batches decoded by steps
-        // and their total decode time.
+        // Images: encoded by the executor's encoder (its thread or
+        // EncodeImages callers) and its total time on them (never inside a
+        // step); embeddings batches decoded by steps and their total decode
+        // time; images queued for the encoder or being encoded now.
         public long ImagesEncoded, ImageBatches;
         public double ImageEncodeMs, ImageDecodeMs;
+        public int ImagesPending;
     }
 
     public sealed class WorkerParams
@@ -168,6 +174,7 @@ namespace Weft
             n.spill_disk_bytes = (ulong)Math.Max(0, p.SpillDiskBytes);
             n.spill_recompute = p.SpillRecompute ? 1 : 0;
             n.prefix_cache_cells = p.PrefixCacheCells;
+            n.image_encoding = (int)p.ImageEncoding;
             var ud = IntPtr.Zero;
             if (p.OnPressure != null)
             {
@@ -327,6 +334,7 @@ namespace Weft
                     AdapterSwitches = (long)s.adapter_switches, AdapterSwitchMs = s.adapter_switch_ms,
                     ImagesEncoded = (long)s.images_encoded, ImageEncodeMs = s.image_encode_ms,
                     ImageBatches = (long)s.image_batches, ImageDecodeMs = s.image_decode_ms,
+                    ImagesPending = (int)s.images_pending,
                 };
             }
         }

@@ -147,6 +147,7 @@ namespace Weft
         public int events, spill_recompute;
         public long prefix_cache_cells;
         public IntPtr projector;
+        public int image_encoding;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -184,6 +185,15 @@ namespace Weft
         public double image_encode_ms;
         public ulong image_batches;
         public double image_decode_ms;
+        public uint images_pending;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct EncodeResultNative
+    {
+        public UIntPtr struct_size;
+        public uint images, failed, pending;
+        public double seconds;
     }
 
     [StructLayout(LayoutKind.Sequential)]

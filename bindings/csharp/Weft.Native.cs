@@ -42,6 +42,7 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_step_budget_init(ref StepBudgetNative b, UIntPtr size);
         [DllImport(Lib)] public static extern Status weft_executor_step(ExecutorHandle executor, ref StepBudgetNative budget, ref StepResultNative result);
         [DllImport(Lib)] public static extern Status weft_executor_get_stats(ExecutorHandle executor, ref ExecutorStatsNative stats);
+        [DllImport(Lib)] public static extern Status weft_executor_encode_images(ExecutorHandle executor, uint maxImages, ref EncodeResultNative result);
         [DllImport(Lib)] public static extern Status weft_executor_cells_free(ExecutorHandle executor, out uint n);
         [DllImport(Lib)] public static extern Status weft_executor_pin_prefix(ExecutorHandle executor, int[] tokens, UIntPtr n);
         [DllImport(Lib)] public static extern Status weft_executor_unpin_prefix(ExecutorHandle executor, int[] tokens, UIntPtr n, out int wasPinned);

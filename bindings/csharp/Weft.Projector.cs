@@ -140,6 +140,33 @@ namespace Weft
         public bool Audio;      // a clip of audio (PromptAudio), not an image
     }
 
+    // What one Executor.EncodeImages call did.
+    public struct EncodeResult
+    {
+        public int Images;   // encoded (failed ones included)
+        public int Failed;   // of which failed: each its conversation's Error
+        public int Pending;  // queued or being encoded by others when it returned
+        public double Seconds;
+    }
+
+    public sealed partial class Executor
+    {
+        // Runs the encoder on up to `maxImages` queued images, oldest first,
+        // on this thread, now (milliseconds of CPU each): with
+        // ImageEncoding.Caller nothing else encodes them. Never waits for a
+        // step and no step waits for it (a step meanwhile shares the cores);
+        // a projector encodes one image at a time, so it may wait for an
+        // encode another thread runs. Encoder failures are the
+        // conversation's Error. Returns at once when nothing is queued.
+        public EncodeResult EncodeImages(int maxImages = 1)
+        {
+            if (maxImages < 0) throw new ArgumentOutOfRangeException("maxImages", maxImages, "must be >= 0");
+            var r = new EncodeResultNative { struct_size = Native.Size(Marshal.SizeOf(typeof(EncodeResultNative))) };
+            Native.Check(Native.weft_executor_encode_images(Handle, (uint)maxImages, ref r));
+            return new EncodeResult { Images = (int)r.images, Failed = (int)r.failed, Pending = (int)r.pending, Seconds = r.seconds };
+        }
+    }
+
     public sealed partial class Conversation
     {
         // Queues an image: a PNG or JPEG file's bytes. It becomes the text

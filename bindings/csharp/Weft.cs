@@ -67,6 +67,9 @@ namespace Weft
     // when layers run on a GPU or the KV type needs it.
     public enum FlashAttention { Auto = 0, Enabled = 1, Disabled = 2 }
     public enum PressurePolicy { Wait = 0, Fail = 1, Callback = 2 }
+    // Who encodes queued images: the executor's encoder thread, or whoever
+    // calls Executor.EncodeImages (a game that places each encode itself).
+    public enum ImageEncoding { Thread = 0, Caller = 1 }
     public enum FinishReason { Running = 0, MaxTokens = 1, EndOfGeneration = 2, StopString = 3, ContextFull = 4, Cancelled = 5, Error = 6 }
     public enum EventKind { Token = 0, Finished = 1, Error = 2 }
     // Where a conversation's KV data is: in the cache, or parked.

@@ -79,6 +79,21 @@ struct PressureInfo {
   std::uint32_t free_cells;     // what the cache has free
 };
 
+// Who runs the vision (or audio) encoder on queued images
+// (ExecutorParams::image_encoding).
+enum class ImageEncoding {
+  // The executor's encoder thread, as soon as an image is queued; an image
+  // queued while a step runs waits for that step's end (at most 25 ms) so
+  // its encode does not take the step's cores (default).
+  thread,
+  // Whoever calls Executor::encode_images(), on their own thread, when they
+  // choose: no encoder thread. For a game whose frames leave the cores no
+  // idle time, so it places each encode (milliseconds of CPU per image)
+  // itself. Until then an image's conversation waits behind it, everyone
+  // else goes on.
+  caller,
+};
+
 struct ExecutorParams {
   // KV cells shared by all conversations (the unified cache). Default 4096.
   // Must be in [16, model's n_ctx_train * n_seq_max]. llama.cpp rounds it up
@@ -135,15 +150,27 @@ struct ExecutorParams {
   // attention, cached cells lengthen every decode's attention span.
   std::optional<std::uint32_t> prefix_cache_cells;
   // A vision projector loaded for this executor's model, for
-  // Conversation::prompt_image(). Default empty: no images. With one, the
-  // executor owns an encoder thread (stopped and joined by its destructor,
-  // which waits for at most the image being encoded). Must be loaded for
+  // Conversation::prompt_image(). Default empty: no images. With one (and
+  // image_encoding thread), the executor owns an encoder thread (stopped
+  // and joined by its destructor, which waits for at most the image being
+  // encoded). Must be loaded for
   // the same Model (Errc::invalid_argument otherwise). A non-causal one
   // (gemma3's) also makes a second llama.cpp context of the model, with a KV
   // cache of min(n_ctx, max(4096, n_ctx_train)) cells in 8 sequences, where
   // its images are decoded so this context never flips its attention
   // (docs/EXECUTOR.md); it is freed with the executor.
   Projector projector;
+  // Who encodes queued images (see ImageEncoding). Default thread. Ignored
+  // without a projector.
+  ImageEncoding image_encoding = ImageEncoding::thread;
+};
+
+// What one Executor::encode_images() call did.
+struct EncodeResult {
+  std::uint32_t images = 0;   // images (and audio clips) it encoded, failed ones included
+  std::uint32_t failed = 0;   // of which failed: each its conversation's error()
+  std::uint32_t pending = 0;  // queued or being encoded (by others) when it returned
+  double seconds = 0;         // its time in the encoder
 };
 
 struct StepBudget {
@@ -255,12 +282,16 @@ struct ExecutorStats {
   std::uint64_t adapter_switches = 0;
   double adapter_switch_ms = 0;
   // Images (ExecutorParams::projector): encoded so far by the executor's
-  // encoder thread and its total time on them (never inside a step);
+  // encoder (its thread, or encode_images() callers) and its total time
+  // on them (never inside a step);
   // embeddings batches decoded by steps and their total llama_decode time.
   std::uint64_t images_encoded = 0;
   double image_encode_ms = 0;
   std::uint64_t image_batches = 0;
   double image_decode_ms = 0;
+  // Images queued for the encoder or being encoded now (what
+  // encode_images() would take under ImageEncoding::caller).
+  std::uint32_t images_pending = 0;
   bool worker_running = false;
   // Over the last 1024 steps that did work.
   double step_ms_p50 = 0;
@@ -316,6 +347,22 @@ class WEFT_API Executor {
   // waits for a decode or a step's sampling: the queue has a lock of its
   // own, held only to append or take events. Empty when events are off.
   std::vector<Event> poll_events(std::size_t max = SIZE_MAX);
+
+  // Runs the vision (or audio) encoder on up to `max_images` queued images,
+  // oldest first, on the calling thread, now: each takes milliseconds to
+  // seconds of CPU (stats().image_encode_ms / images_encoded is the mean so
+  // far). Under ImageEncoding::caller nothing else encodes them; under
+  // thread it takes images the encoder thread has not started. A step never
+  // waits for it and it never waits for a step: a step running meanwhile
+  // shares the cores with it (place it between steps, or where the game's
+  // frame has idle cores). Several threads may call it at once, each takes
+  // its own images; a projector encodes one image at a time, so a caller
+  // may wait for the encode another (or the encoder thread, or an executor
+  // sharing the projector) is running. An encoder failure is that conversation's error(), not
+  // a throw. Returns at once (images 0) when nothing is queued or the
+  // executor has no projector. Throws Errc::disposed after the executor is
+  // gone.
+  EncodeResult encode_images(std::uint32_t max_images = 1);
 
   // A conversation from Conversation::save() bytes or file, saved by any
   // executor of the same model (other n_ctx, slots, batch sizes allowed). Its

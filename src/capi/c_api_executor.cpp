@@ -14,11 +14,13 @@ static_assert(WEFT_KV_F16 == static_cast<int>(KvType::f16) && WEFT_KV_Q8_0 == st
 static_assert(WEFT_FLASH_ATTN_DISABLED == static_cast<int>(FlashAttention::disabled));
 static_assert(WEFT_PRESSURE_CALLBACK == static_cast<int>(PressurePolicy::callback));
 static_assert(WEFT_EVENT_ERROR == static_cast<int>(EventKind::error));
+static_assert(WEFT_IMAGE_ENCODING_CALLER == static_cast<int>(ImageEncoding::caller));
 
 // Sizes of every released weft_executor_params: the fields after a smaller
 // one keep their defaults.
 const std::initializer_list<std::size_t> kExecutorParamsSizes = {offsetof(weft_executor_params, prefix_cache_cells),
                                                                   offsetof(weft_executor_params, projector),
+                                                                  offsetof(weft_executor_params, image_encoding),
                                                                   sizeof(weft_executor_params)};
 
 weft_executor_params executor_defaults() {
@@ -45,6 +47,7 @@ weft_executor_params executor_defaults() {
   p.spill_recompute = d.spill.recompute ? 1 : 0;
   p.prefix_cache_cells = -1;
   p.projector = nullptr;
+  p.image_encoding = static_cast<int32_t>(d.image_encoding);
   return p;
 }
 
@@ -145,6 +148,8 @@ weft_status weft_executor_create(const weft_model *model, const weft_executor_pa
     }
     if (p.prefix_cache_cells >= 0) ep.prefix_cache_cells = static_cast<std::uint32_t>(p.prefix_cache_cells);
     if (p.projector != nullptr) ep.projector = *get<weft::Projector>(p.projector, Kind::projector);
+    ep.image_encoding = static_cast<weft::ImageEncoding>(enum_field(
+        p.image_encoding, WEFT_IMAGE_ENCODING_CALLER, "weft_executor_params.image_encoding", "weft_image_encoding"));
     std::shared_ptr<UserData> ud;
     if (p.on_pressure != nullptr) {
       ud = std::make_shared<UserData>(p.pressure_user_data, p.pressure_user_data_free);
@@ -242,8 +247,10 @@ weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor
     c.image_encode_ms = s.image_encode_ms;
     c.image_batches = s.image_batches;
     c.image_decode_ms = s.image_decode_ms;
+    c.images_pending = s.images_pending;
     write_struct(out, "weft_executor_stats", c,
-                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, images_encoded),
+                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, images_pending),
+                  offsetof(weft_executor_stats, images_encoded),
                   offsetof(weft_executor_stats, adapter_switches),
                   offsetof(weft_executor_stats, prefix_tokens_reused)});
   });

@@ -180,6 +180,21 @@ weft_status weft_conversation_image(const weft_conversation *conversation, size_
   });
 }
 
+weft_status weft_executor_encode_images(weft_executor *executor, uint32_t max_images, weft_encode_result *out) {
+  return guarded(__func__, [&] {
+    auto ex = get<weft::Executor>(executor, Kind::executor);
+    // Checked first: a bad size must not cost an encode.
+    if (out != nullptr) check_struct_size("weft_encode_result", out->struct_size, {sizeof(weft_encode_result)});
+    const weft::EncodeResult r = ex->encode_images(max_images);
+    weft_encode_result c{};
+    c.images = r.images;
+    c.failed = r.failed;
+    c.pending = r.pending;
+    c.seconds = r.seconds;
+    if (out != nullptr) write_struct(out, "weft_encode_result", c, {sizeof(weft_encode_result)});
+  });
+}
+
 weft_token weft_image_token(uint64_t id) { return weft::image_token(id); }
 
 const char *weft_media_marker(void) {

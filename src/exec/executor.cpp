@@ -54,6 +54,10 @@ void validate(const Model &model, const ExecutorParams &p) {
   if (p.pressure == PressurePolicy::callback && !p.on_pressure) {
     bad("ExecutorParams.pressure = callback without on_pressure");
   }
+  if (p.image_encoding != ImageEncoding::thread && p.image_encoding != ImageEncoding::caller) {
+    bad(fmt::format("ExecutorParams.image_encoding = {} is not an ImageEncoding (0..1)",
+                    static_cast<int>(p.image_encoding)));
+  }
 }
 
 ggml_type to_ggml(KvType t) {
@@ -175,7 +179,8 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   batch = new llama_batch(llama_batch_init(static_cast<int32_t>(params.n_batch), 0, 1));
   if (params.projector) {
     projector = params.projector.impl();
-    encoder = std::make_unique<MediaEncoder>(projector, [this] { notify_work(); }, [this] { await_step_end(); });
+    encoder = std::make_shared<MediaEncoder>(projector, [this] { notify_work(); }, [this] { await_step_end(); },
+                                             params.image_encoding == ImageEncoding::thread);
     // Made now, not in the step of the first image (tens of milliseconds).
     if (projector->non_causal) media_context();
   }
@@ -305,6 +310,22 @@ bool Executor::running() const { return detail::live_core(core_).worker.running(
 
 std::vector<Event> Executor::poll_events(std::size_t max) { return detail::live_core(core_).events.poll(max); }
 
+EncodeResult Executor::encode_images(std::uint32_t max_images) {
+  auto &c = detail::live_core(core_);
+  std::shared_ptr<detail::MediaEncoder> encoder;
+  {
+    std::lock_guard lock(c.mu);
+    if (c.closed) detail::fail(Errc::disposed, "the executor was destroyed");
+    encoder = c.encoder;
+  }
+  if (!encoder) return {};
+  const auto done = encoder->encode(max_images);  // no lock held: steps go on
+  return {.images = static_cast<std::uint32_t>(done.encoded),
+          .failed = static_cast<std::uint32_t>(done.failed),
+          .pending = static_cast<std::uint32_t>(encoder->pending()),
+          .seconds = done.seconds};
+}
+
 ExecutorStats Executor::stats() const {
   auto &c = detail::live_core(core_);
   std::lock_guard lock(c.mu);
@@ -329,6 +350,7 @@ ExecutorStats Executor::stats() const {
     const auto e = c.encoder->counters();
     s.images_encoded = e.encoded;
     s.image_encode_ms = e.seconds * 1e3;
+    s.images_pending = static_cast<std::uint32_t>(c.encoder->pending());
   }
   s.image_batches = c.stats.image_batches;
   s.image_decode_ms = c.stats.image_decode_s * 1e3;

@@ -142,10 +142,14 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // Images: the projector (ExecutorParams::projector) and the thread that
   // encodes them off the step; null without a projector.
   std::shared_ptr<Projector::Impl> projector;
-  std::unique_ptr<MediaEncoder> encoder;
+  // Shared: an encode_images() caller holds it while it encodes, even if
+  // the executor goes away meanwhile.
+  std::shared_ptr<MediaEncoder> encoder;
   // The encoder's activity() (0 without one): a decode that ran beside an
   // encode shared the cores with it, so the cost model does not learn from it.
   std::uint64_t encoder_activity() const { return encoder ? encoder->activity() : 0; }
+  // No encode ran at any time since `before` (an encoder_activity() reading).
+  bool encoder_quiet_since(std::uint64_t before) const { return before % 2 == 0 && encoder_activity() == before; }
   std::atomic<std::uint64_t> next_media_id{1};
   StepStats stats;
 

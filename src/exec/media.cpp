@@ -302,7 +302,7 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
     x.stats.image_decode_s += took;
     if (non_causal) {
       learn_media_batch(x, took);
-    } else if (rc == 0 && rows > 1 && encoder_before % 2 == 0 && x.encoder_activity() == encoder_before) {
+    } else if (rc == 0 && rows > 1 && x.encoder_quiet_since(encoder_before)) {
       // Causal rows are planned with the tokens' cost model: an embeddings
       // batch of two rows or more costs what a token batch of its rows does
       // (raw llama.cpp; within ~10% in weft), so it learns from them too.

@@ -11,11 +11,13 @@
 namespace weft::detail {
 
 MediaEncoder::MediaEncoder(std::shared_ptr<Projector::Impl> projector, std::function<void()> on_ready,
-                           std::function<void()> before_encode)
+                           std::function<void()> before_encode, bool own_thread)
     : projector_(std::move(projector)),
       on_ready_(std::move(on_ready)),
       before_encode_(std::move(before_encode)),
-      thread_([this] { loop(); }) {}
+      own_thread_(own_thread) {
+  if (own_thread_) thread_ = std::thread([this] { loop(); });
+}
 
 MediaEncoder::~MediaEncoder() {
   {
@@ -42,7 +44,8 @@ std::size_t MediaEncoder::pending() const {
 
 std::uint64_t MediaEncoder::activity() const {
   std::lock_guard lock(mu_);
-  return counters_.encoded * 2 + (queue_.size() + busy_ > 0 ? 1 : 0);
+  const bool active = busy_ > 0 || (own_thread_ && !queue_.empty());
+  return counters_.encoded * 2 + (active ? 1 : 0);
 }
 
 MediaEncoder::Counters MediaEncoder::counters() const {
@@ -70,6 +73,53 @@ bool run_hook(const std::function<void()> &hook, MediaChunk &m) {
 }
 }  // namespace
 
+std::shared_ptr<MediaChunk> MediaEncoder::take_locked() {
+  while (!queue_.empty()) {
+    auto m = std::move(queue_.front());
+    queue_.pop_front();
+    if (m.use_count() == 1) continue;  // nobody holds it any more (disposed)
+    ++busy_;
+    return m;
+  }
+  return nullptr;
+}
+
+void MediaEncoder::encode_taken(std::shared_ptr<MediaChunk> m, bool gate, Counters &mine) {
+  std::function<void()> hook;
+  {
+    std::lock_guard lock(mu_);
+    hook = hook_;
+  }
+  if (gate && before_encode_) before_encode_();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (run_hook(hook, *m)) encode_media(*projector_, *m);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool failed = m->state.load(std::memory_order_acquire) == MediaChunk::failed;
+  m.reset();
+  on_ready_();
+  std::lock_guard lock(mu_);
+  --busy_;
+  for (Counters *c : {&counters_, &mine}) {
+    ++c->encoded;
+    c->failed += failed ? 1 : 0;
+    c->seconds += took;
+  }
+}
+
+MediaEncoder::Counters MediaEncoder::encode(std::size_t max) {
+  Counters mine;
+  for (std::size_t i = 0; i < max; ++i) {
+    std::shared_ptr<MediaChunk> m;
+    {
+      std::lock_guard lock(mu_);
+      m = take_locked();
+    }
+    if (!m) break;
+    encode_taken(std::move(m), false, mine);
+  }
+  return mine;
+}
+
 void MediaEncoder::loop() {
 #if defined(__linux__)
   // SCHED_BATCH: woken by push(), this thread does not preempt the thread
@@ -78,28 +128,17 @@ void MediaEncoder::loop() {
   sched_param sp{};
   (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
 #endif
+  Counters unused;
   std::unique_lock lock(mu_);
   while (!stop_) {
-    if (queue_.empty()) {
+    auto m = take_locked();
+    if (!m) {
       cv_.wait_for(lock, kIdle);  // bounded: the stop flag is checked at least this often
       continue;
     }
-    auto m = std::move(queue_.front());
-    queue_.pop_front();
-    if (m.use_count() == 1) continue;  // nobody holds it any more (disposed)
-    ++busy_;
-    auto hook = hook_;
     lock.unlock();
-    if (before_encode_) before_encode_();
-    const auto t0 = std::chrono::steady_clock::now();
-    if (run_hook(hook, *m)) encode_media(*projector_, *m);
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    m.reset();
-    on_ready_();
+    encode_taken(std::move(m), true, unused);
     lock.lock();
-    --busy_;
-    ++counters_.encoded;
-    counters_.seconds += took;
   }
 }
 

@@ -171,7 +171,7 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
     result.decode_seconds += took;
     ++result.decode_calls;
     // An encode beside this decode took cores from it: not what a decode costs.
-    const bool learn = encoder_before % 2 == 0 && encoder_activity() == encoder_before;
+    const bool learn = encoder_quiet_since(encoder_before);
 
     if (rc == 0) {
       const double d = depth_is_cells ? used_before : depth / static_cast<double>(b.n_tokens);

@@ -81,8 +81,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     const std::uint64_t encoder_before = encoder_activity();
     run_media_locked(result, lock);  // images whose embeddings the encoder made
     result.deadline_hit = run_locked(budget, result, lock);
-    if (image_step_need > 0 && !result.deadline_hit && result.failed == 0 && encoder_before % 2 == 0 &&
-        encoder_activity() == encoder_before) {
+    if (image_step_need > 0 && !result.deadline_hit && result.failed == 0 && encoder_quiet_since(encoder_before)) {
       // As CostModel::margin: up fast when such a step's decodes overran
       // their prediction, down slowly when they did not.
       const double ratio = result.decode_seconds / image_step_need;

@@ -2,8 +2,10 @@
    refusals; a conversation of text, an image and text decoded beside three
    text conversations has the logits of the same input decoded alone in an
    executor of its own, and again after save/load into that one; its image
-   span and positions; bad images refused while the executor goes on; an
-   executor without a projector refuses images.
+   span and positions; with WEFT_IMAGE_ENCODING_CALLER the image waits for
+   weft_executor_encode_images and then has the same logits; bad images
+   refused while the executor goes on; an executor without a projector
+   refuses images.
 
    The projector is made by the `weft make-mmproj` CLI beside the model
    (the make_capi_mmproj CTest fixture): for <dir>/tiny.gguf,
@@ -224,6 +226,73 @@ void test_images(void) {
     CHECK_OK(weft_conversation_free(e));
     CHECK_OK(weft_conversation_free(d));
     CHECK_OK(weft_executor_free(pex));
+  }
+
+  /* WEFT_IMAGE_ENCODING_CALLER: steps leave the image queued until
+     weft_executor_encode_images runs it (on this thread); then the same
+     logits. A bad result size costs no encode; an older params struct
+     without the field reads as the encoder thread. */
+  {
+    weft_executor_params ep;
+    weft_executor *cex = NULL;
+    weft_conversation *d = NULL;
+    weft_encode_result er;
+    weft_executor_stats st;
+    int k;
+    CHECK_OK(weft_projector_load(m, &pp, &p));
+    CHECK_OK(weft_executor_params_init(&ep, sizeof ep));
+    CHECK(ep.image_encoding == WEFT_IMAGE_ENCODING_THREAD);
+    ep.n_ctx = 512;
+    ep.n_batch = 64;
+    ep.n_seq_max = 2;
+    ep.n_threads = 2;
+    ep.projector = p;
+    ep.image_encoding = 5;
+    CHECK_ERR(weft_executor_create(m, &ep, &cex), WEFT_ERR_INVALID_ARGUMENT, "image_encoding = 5");
+    ep.struct_size = offsetof(weft_executor_params, image_encoding);
+    CHECK_OK(weft_executor_create(m, &ep, &cex)); /* the field unread: the thread */
+    CHECK_OK(weft_executor_free(cex));
+    ep.struct_size = sizeof ep;
+    ep.image_encoding = WEFT_IMAGE_ENCODING_CALLER;
+    CHECK_OK(weft_executor_create(m, &ep, &cex));
+    CHECK_OK(weft_projector_free(p));
+    CHECK_OK(weft_conversation_create(cex, &d));
+    prompt_scene(d, rgb);
+    /* 100 ms of steps: an encoder thread would have encoded it (5 ms) by then. */
+    for (k = 0; k < 50; ++k) {
+      CHECK_OK(weft_executor_step(cex, NULL, NULL));
+      sleep_ms(2);
+    }
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    CHECK_OK(weft_executor_get_stats(cex, &st));
+    CHECK(st.images_pending == 1 && st.images_encoded == 0);
+    memset(&span, 0, sizeof span);
+    span.struct_size = sizeof span;
+    CHECK_OK(weft_conversation_image(d, 0, &span));
+    CHECK(span.encoded == 0);
+    memset(&er, 0, sizeof er);
+    er.struct_size = 2;
+    CHECK_ERR(weft_executor_encode_images(cex, 1, &er), WEFT_ERR_STRUCT_SIZE, "weft_encode_result");
+    CHECK_OK(weft_executor_get_stats(cex, &st));
+    CHECK(st.images_pending == 1 && st.images_encoded == 0);
+    er.struct_size = sizeof er;
+    CHECK_OK(weft_executor_encode_images(cex, 4, &er));
+    CHECK(er.images == 1 && er.failed == 0 && er.pending == 0 && er.seconds > 0);
+    CHECK_OK(weft_executor_encode_images(cex, 4, NULL)); /* nothing left */
+    CHECK_OK(weft_conversation_image(d, 0, &span));
+    CHECK(span.encoded == 1);
+    run_until_logits(cex, d);
+    CHECK(get_logits(d, got, 65536) == (size_t)n_vocab);
+    CHECK(nmse(got, want, (size_t)n_vocab) < LOGITS_TOLERANCE);
+    /* A stats struct from before images_pending: that field untouched. */
+    st.struct_size = offsetof(weft_executor_stats, images_pending);
+    st.images_pending = 77;
+    CHECK_OK(weft_executor_get_stats(cex, &st));
+    CHECK(st.images_pending == 77 && st.images_encoded == 1);
+    CHECK_OK(weft_conversation_free(d));
+    CHECK_OK(weft_executor_free(cex));
+    CHECK_ERR(weft_executor_encode_images(cex, 1, NULL), WEFT_ERR_INVALID_HANDLE, "weft_executor");
   }
 
   /* Bad images: typed, and the conversation and executor go on. */

@@ -3,7 +3,9 @@
 // encoder runs on the executor's own thread, so each Step stays a text-sized
 // step. Checked: the NPC's logits equal the same input decoded alone in an
 // executor of its own, and again after Save/Load into that one; its image
-// span and positions; a broken file is Status.Corrupt and the NPC goes on.
+// span and positions; a broken file is Status.Corrupt and the NPC goes on;
+// with ImageEncoding.Caller the image waits for Executor.EncodeImages, and
+// then has the same logits.
 //
 // The projector lies beside the model: for tiny.gguf, tiny-mmproj.gguf
 // (`weft make-mmproj --base tiny.gguf --out ...`; the CTest fixture makes it).
@@ -75,6 +77,32 @@ namespace Weft.Samples
                                   + " ms (off the steps); " + st.ImageBatches + " embeddings batch in "
                                   + st.ImageDecodeMs.ToString("F2") + " ms");
                 Check.True(st.ImagesEncoded == 1 && st.ImageBatches >= 1 && st.ImageEncodeMs > 0, "image stats");
+
+                // A game that places each encode itself (its frames leave no idle
+                // core): nothing encodes the image until it calls EncodeImages.
+                var placedParams = NewParams(projector, 2);
+                placedParams.ImageEncoding = ImageEncoding.Caller;
+                using (var placed = new Executor(model, placedParams))
+                {
+                    var npc = placed.CreateConversation();
+                    Scene(npc, rgb);
+                    // 100 ms of steps: an encoder thread would have encoded it (5 ms) by then.
+                    var clock = System.Diagnostics.Stopwatch.StartNew();
+                    while (clock.ElapsedMilliseconds < 100)
+                    {
+                        placed.Step();
+                        System.Threading.Thread.Sleep(1);
+                    }
+                    Check.True(!npc.Images[0].Encoded && placed.Stats.ImagesPending == 1,
+                               "the image waits for EncodeImages");
+                    var done = placed.EncodeImages();
+                    Check.True(done.Images == 1 && done.Failed == 0 && done.Pending == 0 && done.Seconds > 0,
+                               "EncodeImages encoded it on this thread");
+                    RunUntilLogits(placed, npc);
+                    Check.SameLogits(reference.GetLogits(), npc.GetLogits(), "encoded by EncodeImages, as alone");
+                    Check.Equal(0, placed.EncodeImages(4).Images, "nothing left to encode");
+                    npc.Dispose();
+                }
 
                 var images = smith.Images;
                 Check.Equal(1, images.Length, "one image");

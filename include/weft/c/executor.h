@@ -22,6 +22,11 @@ typedef enum weft_pressure_policy {
   WEFT_PRESSURE_FAIL = 1,      // prompting refuses what cannot fit now
   WEFT_PRESSURE_CALLBACK = 2,  // on_pressure runs, then the step plans once more
 } weft_pressure_policy;
+// Who runs the encoder on queued images (weft/c/projector.h).
+typedef enum weft_image_encoding {
+  WEFT_IMAGE_ENCODING_THREAD = 0,  // the executor's encoder thread, as soon as one is queued
+  WEFT_IMAGE_ENCODING_CALLER = 1,  // whoever calls weft_executor_encode_images, when they choose
+} weft_image_encoding;
 
 // Called on the stepping thread when `conversation` needs `needed_cells` KV
 // cells and `free_cells` are free. `conversation` is borrowed: valid during
@@ -68,6 +73,10 @@ typedef struct weft_executor_params {
   // weft_executor_create. Must be loaded for this executor's model. NULL =
   // no images. Default NULL
   const weft_projector *projector;
+  // Added with weft_executor_encode_images (a struct_size without it reads
+  // as the default). A weft_image_encoding: who encodes queued images.
+  // Ignored without a projector. Default WEFT_IMAGE_ENCODING_THREAD
+  int32_t image_encoding;
 } weft_executor_params;
 
 WEFT_C_API weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size);
@@ -180,13 +189,16 @@ typedef struct weft_executor_stats {
   uint64_t adapter_switches;
   double adapter_switch_ms;
   // Added with images (a smaller struct_size gets the fields before these;
-  // weft/c/projector.h): images encoded by the executor's encoder thread and
-  // its total time on them (never inside a step); embeddings batches
+  // weft/c/projector.h): images encoded by the executor's encoder (its
+  // thread or weft_executor_encode_images) and its total time on them (never inside a step); embeddings batches
   // decoded by steps and their total llama_decode time.
   uint64_t images_encoded;
   double image_encode_ms;
   uint64_t image_batches;
   double image_decode_ms;
+  // Added with weft_executor_encode_images (a smaller struct_size gets the
+  // fields before it): images queued for the encoder or being encoded now.
+  uint32_t images_pending;
 } weft_executor_stats;
 
 // Keeps `tokens` (n_tokens ids) decoded in the cache for prefix reuse until

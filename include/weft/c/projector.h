@@ -5,8 +5,9 @@
 // Part of weft.h (include that one; the rules it states apply here). The
 // C++ side is weft/projector.hpp and Conversation::prompt_image
 // (docs/EXECUTOR.md, "Images"): the vision encoder runs on the executor's
-// own encoder thread, never inside a step, and a step decodes each image
-// whole once its embeddings are ready.
+// own encoder thread (or in weft_executor_encode_images, where the caller
+// places it), never inside a step, and a step decodes each image whole once
+// its embeddings are ready.
 #ifndef WEFT_C_PROJECTOR_H
 #define WEFT_C_PROJECTOR_H
 
@@ -130,6 +131,30 @@ WEFT_C_API const char *weft_media_marker(void);
 WEFT_C_API weft_status weft_conversation_prompt_text_with_images(weft_conversation *conversation, const char *text,
                                                                  size_t len, const weft_prepared_image *const *images,
                                                                  size_t n_images, uint32_t flags);
+
+// What one weft_executor_encode_images call did.
+typedef struct weft_encode_result {
+  size_t struct_size;
+  uint32_t images;   // images (and clips) it encoded, failed ones included
+  uint32_t failed;   // of which failed: each its conversation's error
+  uint32_t pending;  // queued or being encoded (by others) when it returned
+  double seconds;    // its time in the encoder
+} weft_encode_result;
+
+// Runs the encoder on up to `max_images` queued images, oldest first, on
+// the calling thread, now (milliseconds to seconds of CPU each). With
+// WEFT_IMAGE_ENCODING_CALLER nothing else encodes them; with ..._THREAD it
+// takes images the encoder thread has not started. Never waits for a step,
+// and no step waits for it: a step running meanwhile shares the cores with
+// it, so place it between steps or where the frame has idle cores. Any
+// number of threads may call it at once, each taking its own images; a
+// projector encodes one image at a time, so a call may wait for the encode
+// another caller (or the encoder thread) is running. An encoder failure is that
+// conversation's error, not this call's. Returns at once (images 0) when
+// nothing is queued or the executor has no projector. `out` may be NULL
+// (else set out->struct_size). WEFT_ERR_DISPOSED after the executor is freed.
+WEFT_C_API weft_status weft_executor_encode_images(weft_executor *executor, uint32_t max_images,
+                                                   weft_encode_result *out);
 
 WEFT_END_DECL
 

@@ -55,6 +55,7 @@ void ImageArrivals::before_step(weft::Executor &ex, unsigned f, std::mt19937_64 
 }
 
 bool ImageArrivals::encoding() const {
+  if (in_frame_) return false;
   for (const auto &a : live_) {
     for (const auto &sp : a.conv.images()) {
       if (!sp.encoded) return true;
@@ -78,6 +79,12 @@ void ImageArrivals::after_step(unsigned f, double ms, bool encoding, double budg
   });
 }
 
+void ImageArrivals::encode_in_frame(weft::Executor &ex) {
+  if (!in_frame_) return;
+  const auto r = ex.encode_images(1);
+  if (r.images > 0) frame_encode_ms_.push_back(r.seconds * 1e3);
+}
+
 nlohmann::json ImageArrivals::summary(const weft::ExecutorStats &st) const {
   const auto mean = [](double total, std::uint64_t n) { return n > 0 ? total / static_cast<double>(n) : 0.0; };
   nlohmann::json j{{"images_arrived", arrived_},
@@ -97,7 +104,11 @@ nlohmann::json ImageArrivals::summary(const weft::ExecutorStats &st) const {
                    {"steps_encoding_over_budget", over_encoding_},
                    {"steps_quiet_p99_ms", percentile(steps_quiet_ms_, 99)},
                    {"steps_quiet_max_ms", percentile(steps_quiet_ms_, 100)},
-                   {"steps_quiet_over_budget", over_quiet_}};
+                   {"steps_quiet_over_budget", over_quiet_},
+                   {"encode_placement", in_frame_ ? "frame" : "thread"},
+                   {"frame_encodes", frame_encode_ms_.size()},
+                   {"frame_encode_ms_p50", percentile(frame_encode_ms_, 50)},
+                   {"frame_encode_ms_max", percentile(frame_encode_ms_, 100)}};
   return j;
 }
 

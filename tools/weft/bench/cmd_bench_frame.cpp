@@ -41,6 +41,7 @@ struct Opts {
   double frame_ms = 0;  // --frame-ms: frames paced to this length (0: back to back)
   unsigned image_every = 0, image_side = 224;  // --image-every: a picture shown every N frames (0: none)
   std::string image_kind = "gemma3";           // --image-kind: the projector's (qwen2vl: M-RoPE, causal)
+  std::string encode = "thread";               // --encode: who encodes the pictures (thread | frame)
   int threads = 0;
   std::unique_ptr<bench::BenchLoras> loras;
   std::unique_ptr<bench::BenchProjector> projector;
@@ -99,9 +100,11 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool
                             .n_ubatch = o.ubatch,
                             .n_seq_max = slots,
                             .n_threads = o.threads,
-                            .projector = images ? o.projector->projector : weft::Projector()});
+                            .projector = images ? o.projector->projector : weft::Projector(),
+                            .image_encoding = o.encode == "frame" ? weft::ImageEncoding::caller
+                                                                  : weft::ImageEncoding::thread});
   bench::ImageArrivals pictures(images ? o.projector->projector : weft::Projector(), images ? o.image_every : 0,
-                                o.image_side, 16);
+                                o.image_side, 16, o.encode == "frame");
   std::mt19937_64 rng(o.seed);
   const auto n_vocab = model.n_vocab();
 
@@ -165,6 +168,7 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool
     r.tokens_sampled += res.tokens_sampled;
     r.deadline_hits += res.deadline_hit ? 1 : 0;
     pictures.after_step(f, ms, encoding, budget_ms);
+    pictures.encode_in_frame(ex);  // --encode frame: the game's own call, after the step
 
     // NPCs: a frame without a newly sampled token extends the NPC's wait. A
     // talker that finished keeps talking, so the load stays.
@@ -427,8 +431,11 @@ void run(Opts &o) {
   }
   if (o.image_every > 0) {
     fmt::print("\n+img: the same workload with a {}x{} picture ({} projector, and 16 tokens of text, an 8-token reply) "
-               "shown every {} frames; the encoder runs on the executor's own thread, never in a step:\n",
-               o.image_side, o.image_side, o.image_kind, o.image_every);
+               "shown every {} frames; {}:\n",
+               o.image_side, o.image_side, o.image_kind, o.image_every,
+               o.encode == "frame" ? "the frame loop encodes one picture after its step (ImageEncoding::caller, "
+                                     "Executor::encode_images), never beside a step"
+                                   : "the encoder runs on the executor's own thread, never in a step");
     for (const auto &j : img_rows) {
       const auto &s = j["images"];
       fmt::print("  {}: {} images, encode {:.1f} ms each (encoder thread), {} embeddings batches of {:.2f} ms, "
@@ -446,6 +453,12 @@ void run(Opts &o) {
                  s["steps_encoding"].get<std::uint64_t>(), s["steps_encoding_p99_ms"].get<double>(),
                  s["steps_encoding_over_budget"].get<unsigned>(), s["steps_quiet_p99_ms"].get<double>(),
                  s["steps_quiet_max_ms"].get<double>(), s["steps_quiet_over_budget"].get<unsigned>());
+      if (o.encode == "frame") {
+        fmt::print("    encodes in the frame, after its step: {}, p50 {:.2f} ms, max {:.2f} ms (the frame's own time, "
+                   "not the step's)\n",
+                   s["frame_encodes"].get<std::uint64_t>(), s["frame_encode_ms_p50"].get<double>(),
+                   s["frame_encode_ms_max"].get<double>());
+      }
     }
   }
   if (!o.json.empty()) {
@@ -457,7 +470,8 @@ void run(Opts &o) {
                                {"arrive_every", o.arrive_every},
                                {"arrival_tokens", o.arrival_tokens},
                                {"grace_frames", o.grace_frames},
-                               {"frames_back_to_back", true},
+                               {"frames_back_to_back", o.frame_ms == 0},
+                               {"frame_ms", o.frame_ms},
                                {"n_threads", o.threads},
                                {"adapter_groups", o.adapter_groups},
                                {"machine", bench::machine_info()},
@@ -467,6 +481,7 @@ void run(Opts &o) {
                                {"image_every", o.image_every},
                                {"image_side", o.image_side},
                                {"image_kind", o.image_kind},
+                               {"encode", o.encode},
                                {"image_rows", img_rows}});
   }
 }
@@ -517,6 +532,11 @@ void add_bench_frame(CLI::App &bench) {
       ->capture_default_str();
   cmd->add_option("--image-side", o->image_side, "Side in pixels of those pictures (RGB)")
       ->check(CLI::Range(1u, 8192u))
+      ->capture_default_str();
+  cmd->add_option("--encode", o->encode,
+                  "Who encodes those pictures: thread (the executor's encoder thread) | frame (the frame loop calls "
+                  "Executor::encode_images after its step: ImageEncoding::caller)")
+      ->check(CLI::IsMember({"thread", "frame"}))
       ->capture_default_str();
   cmd->add_option("--frame-ms", o->frame_ms,
                   "Pace the frames to this length in ms, sleeping the rest of each (0 = back to back, the worst case)")
