@@ -438,12 +438,12 @@ void run(Opts &o) {
                                    : "the encoder runs on the executor's own thread, never in a step");
     for (const auto &j : img_rows) {
       const auto &s = j["images"];
-      fmt::print("  {}: {} images, encode {:.1f} ms each (encoder thread), {} embeddings batches of {:.2f} ms, "
+      fmt::print("  {}: {} images, encode {:.1f} ms each ({}), {} embeddings batches of {:.2f} ms, "
                  "prepare p50 {:.2f} ms (any thread), prompt_image(prepared) p50 {:.3f} ms / max {:.3f} ms, first "
                  "reply token after {:g}/{:g} frames (median/max), {} without one\n",
                  j["budget_ms"].get<double>() > 0 ? fmt::format("{:g} ms", j["budget_ms"].get<double>()) : "none",
                  s["images_arrived"].get<unsigned>(), s["image_encode_ms_mean"].get<double>(),
-                 s["image_batches"].get<std::uint64_t>(), s["image_batch_decode_ms_mean"].get<double>(),
+                 o.encode == "frame" ? "in the frame loop" : "encoder thread", s["image_batches"].get<std::uint64_t>(), s["image_batch_decode_ms_mean"].get<double>(),
                  s["prepare_ms_p50"].get<double>(), s["prompt_image_call_ms_p50"].get<double>(),
                  s["prompt_image_call_ms_max"].get<double>(),
                  s["image_first_token_frames_median"].get<double>(), s["image_first_token_frames_max"].get<double>(),
