@@ -329,7 +329,9 @@ class WEFT_API Executor {
   // callback on the stepping thread (on_token, on_pressure), whose step is
   // still running, it throws Errc::invalid_argument instead of waiting for
   // itself. Liveness: every runnable conversation gets a token within
-  // ceil(R / T) steps (R runnable, T tokens a step; docs/EXECUTOR.md).
+  // ceil(R / T) steps (R runnable, T tokens a step), plus the steps in which
+  // a time budget goes to a whole image alone (never two in a row;
+  // docs/EXECUTOR.md).
   StepResult step(const StepBudget &budget = {});
 
   // Runs steps on an executor-owned thread until stop(): it sleeps while

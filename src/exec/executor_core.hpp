@@ -179,6 +179,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // for it included): the larger of the last and a running mean; 0 before
   // the first.
   double media_batch_s = 0;
+  // The last step decoded a whole image and no tokens (schedule.cpp): the
+  // next one does not do so again, so tokens go at least every other step.
+  bool media_alone_last = false;
   // Steps with causal image rows: their two decodes as predicted (seconds,
   // 0 for a step without; schedule.cpp), and how much longer such a step's
   // decodes run than predicted (a running 99th percentile, as

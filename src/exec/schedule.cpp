@@ -378,7 +378,14 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
     if (timed && !candidates.empty()) {
       // Each adapter group is a llama_decode of its own, and each switch
       // re-reserves llama.cpp's graph: what they cost comes off the budget.
-      token_budget = cost.tokens_within(left - group_overhead_locked(depth), depth, token_budget);
+      const double tokens_left = left - group_overhead_locked(depth);
+      token_budget = cost.tokens_within(tokens_left, depth, token_budget);
+      // A whole image that leaves no time for a one-token decode takes the
+      // step alone: the tokens wait one step instead of the step overrunning
+      // by their decode. Never two such steps in a row.
+      if (!media_segments.empty() && !media_alone_last && tokens_left < cost.predict(1, depth) * cost.margin(1)) {
+        token_budget = 0;
+      }
     }
     plan_batch(candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, plan);
     image_step_need = 0;
@@ -427,6 +434,7 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
     sample_phase(result, lock);  // the callback may have changed generations
     if (closed) return false;
   }
+  media_alone_last = !media_segments.empty() && plan.empty();
   segments.clear();
   for (const auto &e : plan) {
     Conv &c = *plan_convs[e.index];

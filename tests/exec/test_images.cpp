@@ -323,7 +323,13 @@ TEST(Images, AnImageQueuedDuringAStepIsEncodedAfterIt) {
     if (core.stepping.load() != std::thread::id{}) ++beside_a_step;
   });
   const Rgb img = random_image(rng, 32, 32);
-  for (int round = 0; round < 3; ++round) {
+  // A step longer than the gate's bound (kEncodeGate) lets its encode start
+  // beside it, as documented: on a loaded machine a 10 ms step can take
+  // that long, so such rounds prove nothing and are taken again (bounded).
+  const double gate_s = std::chrono::duration<double>(weft::detail::ExecutorCore::kEncodeGate).count();
+  int conclusive = 0, rounds = 0;
+  std::string step_ms;
+  for (; conclusive < 3 && rounds < 30; ++rounds) {
     auto c = ex.create();
     c.prompt(random_tokens(rng, m, 3, true));
     std::thread game([&] {
@@ -331,15 +337,25 @@ TEST(Images, AnImageQueuedDuringAStepIsEncodedAfterIt) {
       while (core.stepping.load() == std::thread::id{} && Clock::now() < until) std::this_thread::yield();
       c.prompt_image(img.w, img.h, img.px);  // mid-step, from another thread
     });
+    const int beside_before = beside_a_step.load();
+    const auto t0 = Clock::now();
     (void)ex.step();
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
     game.join();
     const auto until = Clock::now() + std::chrono::seconds(10);
     while (!c.images().at(0).encoded && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ASSERT_TRUE(c.images().at(0).encoded) << "round " << round;
+    ASSERT_TRUE(c.images().at(0).encoded) << "round " << rounds;
+    step_ms += fmt::format(" {:.1f}", took * 1e3);
+    if (took < gate_s) {  // the image was queued after the step began: the gate outlasts it
+      ++conclusive;
+    } else {
+      beside_a_step = beside_before;  // the gate's bound ran out: allowed
+    }
     c.dispose();
   }
-  EXPECT_EQ(encodes.load(), 3);
-  EXPECT_EQ(beside_a_step.load(), 0);
+  EXPECT_EQ(conclusive, 3) << "steps of (ms):" << step_ms << " against the gate's " << gate_s * 1e3 << " ms";
+  EXPECT_EQ(encodes.load(), rounds);
+  EXPECT_EQ(beside_a_step.load(), 0) << "steps of (ms):" << step_ms;
 
   // Steps back to back: the image is not held back for a gap that never
   // comes (it starts at a boundary, beside the next step).
