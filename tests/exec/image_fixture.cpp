@@ -279,6 +279,13 @@ std::vector<SpillTier> spill_tiers(const std::string &disk_dir) {
           {"recompute", {.ram_bytes = 0, .recompute = true}, weft::Residency::recompute}};
 }
 
+void prompt_scene(weft::Conversation &c, const std::vector<weft::Token> &a, const Rgb &img,
+                  const std::vector<weft::Token> &b) {
+  c.prompt(a);
+  c.prompt_image(img.w, img.h, img.px);
+  c.prompt(b);
+}
+
 void hold_encoder(weft::Executor &ex, std::atomic<bool> &release, std::atomic<bool> &entered) {
   weft::detail::set_encode_hook(ex, [&release, &entered] {
     entered = true;

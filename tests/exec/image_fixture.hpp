@@ -89,6 +89,10 @@ std::vector<weft::Token> cat(std::initializer_list<std::vector<weft::Token>> par
 
 weft::ExecutorParams params(std::uint32_t n_batch = 64, const Fixture &f = fixture());
 
+// Queues text `a`, the image, then text `b` on c.
+void prompt_scene(weft::Conversation &c, const std::vector<weft::Token> &a, const Rgb &img,
+                  const std::vector<weft::Token> &b);
+
 // Steps with random budgets until every one has its logits (an image waits
 // for the encoder thread meanwhile: idle steps then); bounded.
 void run_until_logits(weft::Executor &ex, const std::vector<weft::Conversation> &convs, std::mt19937 &rng,

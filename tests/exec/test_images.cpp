@@ -47,9 +47,7 @@ TEST(Images, TextImageTextMatchesMtmdHelper) {
     const auto a = random_tokens(rng, m, 3 + static_cast<int>(rng() % 30), true);
     const auto b = random_tokens(rng, m, 1 + static_cast<int>(rng() % 30));
     const Rgb img = random_image(rng, 20 + static_cast<std::uint32_t>(rng() % 200), 20 + static_cast<std::uint32_t>(rng() % 200));
-    c.prompt(a);
-    c.prompt_image(img.w, img.h, img.px);
-    c.prompt(b);
+    prompt_scene(c, a, img, b);
     const auto parts = tokenize(img);
     const auto spans = c.images();
     ASSERT_EQ(spans.size(), 1u);
@@ -99,9 +97,7 @@ TEST(Images, ForkAndRewind) {
   const auto a = random_tokens(rng, m, 12, true), b = random_tokens(rng, m, 9);
   const Rgb img = random_image(rng, 64, 48);
   const auto parts = tokenize(img);
-  c.prompt(a);
-  c.prompt_image(img.w, img.h, img.px);
-  c.prompt(b);
+  prompt_scene(c, a, img, b);
   run_until_logits(ex, {c}, rng, 64);
   const std::uint32_t begin = c.images()[0].begin, end = begin + c.images()[0].n_tokens;
 
@@ -159,9 +155,7 @@ TEST(Images, StepNeverRunsTheEncoder) {
   auto c = ex.create();
   const auto a = random_tokens(rng, m, 5, true), b = random_tokens(rng, m, 4);
   const Rgb img = random_image(rng, 30, 30);
-  c.prompt(a);
-  c.prompt_image(img.w, img.h, img.px);
-  c.prompt(b);
+  prompt_scene(c, a, img, b);
   const auto until = Clock::now() + std::chrono::seconds(10);
   while (!entered && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(entered);

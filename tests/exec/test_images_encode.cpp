@@ -62,9 +62,7 @@ TEST(ImagesEncode, NothingEncodesUntilTheCallerDoes) {
     auto c = ex.create();
     const auto a = random_tokens(rng, m, 9, true), b = random_tokens(rng, m, 5);
     const Rgb img = random_image(rng, 24 + static_cast<std::uint32_t>(rng() % 80), 24 + static_cast<std::uint32_t>(rng() % 80));
-    c.prompt(a);
-    c.prompt_image(img.w, img.h, img.px);
-    c.prompt(b);
+    prompt_scene(c, a, img, b);
     const std::uint32_t begin = c.images().at(0).begin;
     // 90 ms of steps: an encoder thread would have encoded it by then.
     for (int i = 0; i < 30; ++i) {
@@ -225,9 +223,7 @@ TEST(ImagesEncode, ALoadedImageWaitsForTheLoadingExecutorsCaller) {
   auto c = ex.create();
   const auto a = random_tokens(rng, m, 6, true), b = random_tokens(rng, m, 4);
   const Rgb img = random_image(rng, 40, 28);
-  c.prompt(a);
-  c.prompt_image(img.w, img.h, img.px);
-  c.prompt(b);
+  prompt_scene(c, a, img, b);
   for (int i = 0; i < 5; ++i) (void)ex.step();
   const auto saved = c.save();
   auto back = other.load(saved);
