@@ -43,6 +43,11 @@ namespace Weft
         // Who encodes its images: ImageEncoding.Thread (the default), or
         // Caller: nothing encodes them until Executor.EncodeImages is called.
         public ImageEncoding ImageEncoding;
+        // Where FlashAttention.Auto keeps its probe's timings (one probe per
+        // model, machine, build and shape). null = the default cache folder
+        // ($WEFT_CACHE_DIR, XDG, %LOCALAPPDATA%\weft, ~/.cache/weft); "" =
+        // this process only. A game passes Application.persistentDataPath.
+        public string TuningCacheDir;
 
         public ExecutorParams()
         {
@@ -129,6 +134,14 @@ namespace Weft
         public long ImagesEncoded, ImageBatches;
         public double ImageEncodeMs, ImageDecodeMs;
         public int ImagesPending;
+        // The attention kernel the context uses (Auto: llama.cpp decided, with
+        // GPU layers or a q8_0 cache), how it was chosen, and for a probe one
+        // generation step plus one prompt chunk at its shape (ProbeSeqs
+        // conversations x ProbeDepth cells) with and without flash attention.
+        public FlashAttention FlashAttention;
+        public AttentionSource FlashAttentionSource;
+        public double FlashAttentionProbeMs, PlainAttentionProbeMs;
+        public int AttentionProbeSeqs, AttentionProbeDepth;
     }
 
     public sealed class WorkerParams
@@ -191,6 +204,7 @@ namespace Weft
                 try
                 {
                     n.spill_disk_dir = mem.Utf8z(p.SpillDiskDir);
+                    n.tuning_cache_dir = mem.Utf8z(p.TuningCacheDir);
                     if (p.Projector != null)
                     {
                         p.Projector.Handle.DangerousAddRef(ref projectorRef);
@@ -335,6 +349,9 @@ namespace Weft
                     ImagesEncoded = (long)s.images_encoded, ImageEncodeMs = s.image_encode_ms,
                     ImageBatches = (long)s.image_batches, ImageDecodeMs = s.image_decode_ms,
                     ImagesPending = (int)s.images_pending,
+                    FlashAttention = (FlashAttention)s.flash_attn, FlashAttentionSource = (AttentionSource)s.flash_attn_source,
+                    FlashAttentionProbeMs = s.flash_attn_probe_ms, PlainAttentionProbeMs = s.plain_attn_probe_ms,
+                    AttentionProbeSeqs = (int)s.attn_probe_seqs, AttentionProbeDepth = (int)s.attn_probe_depth,
                 };
             }
         }

@@ -148,6 +148,7 @@ namespace Weft
         public long prefix_cache_cells;
         public IntPtr projector;
         public int image_encoding;
+        public IntPtr tuning_cache_dir;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -186,6 +187,9 @@ namespace Weft
         public ulong image_batches;
         public double image_decode_ms;
         public uint images_pending;
+        public double flash_attn_probe_ms, plain_attn_probe_ms;
+        public int flash_attn, flash_attn_source;
+        public uint attn_probe_seqs, attn_probe_depth;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -66,6 +66,8 @@ namespace Weft
     // Auto: off on the CPU (llama.cpp's CPU kernel slows with depth); llama.cpp decides
     // when layers run on a GPU or the KV type needs it.
     public enum FlashAttention { Auto = 0, Enabled = 1, Disabled = 2 }
+    // How Auto chose (ExecutorStats.FlashAttentionSource).
+    public enum AttentionSource { Asked = 0, Gpu = 1, KvType = 2, Measured = 3, Remembered = 4, Fallback = 5 }
     public enum PressurePolicy { Wait = 0, Fail = 1, Callback = 2 }
     // Who encodes queued images: the executor's encoder thread, or whoever
     // calls Executor.EncodeImages (a game that places each encode itself).

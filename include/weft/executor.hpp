@@ -43,6 +43,15 @@ namespace weft {
 
 enum class KvType { f16, f32, q8_0 };
 enum class FlashAttention { automatic, enabled, disabled };
+// How the context's attention kernel was chosen (ExecutorStats).
+enum class AttentionSource {
+  asked,       // ExecutorParams::flash_attn was enabled or disabled
+  gpu,         // automatic, layers on a GPU: left to llama.cpp
+  kv_type,     // automatic, a q8_0 cache needs flash attention: left to llama.cpp
+  measured,    // automatic: both kernels timed when this executor was made
+  remembered,  // automatic: an earlier probe's timings (same model, machine, build, shape)
+  fallback,    // automatic: the probe could not run (logged); flash attention off
+};
 
 // What happens when queued input cannot get KV cells now.
 enum class PressurePolicy {
@@ -114,11 +123,24 @@ struct ExecutorParams {
   int n_threads = 0;
   // KV cache element type. Default f16.
   KvType kv_type = KvType::f16;
-  // Flash attention. Default automatic: llama.cpp decides when the model has
-  // layers on a GPU or kv_type needs it (q8_0); otherwise off, because on the
-  // CPU llama.cpp's flash-attention kernel slows with every token's depth
-  // (a 48-token chunk at position 480: 72 ms with it, 8 ms without, on npc).
+  // Flash attention. Default automatic: with layers on a GPU or a q8_0
+  // cache llama.cpp decides; on the CPU both kernels are timed on this
+  // machine at this executor's shape (n_seq_max conversations, each as deep
+  // as an equal share of min(n_ctx, 8192) cells allows, at most 256: one
+  // generation step and one 32-token prompt chunk) and the faster is used.
+  // Which wins depends on the CPU and the shape (docs/EXECUTOR.md,
+  // "Flash attention"). The probe takes two scratch contexts and about
+  // depth + 2x(one step + one chunk) of decoding per kernel, once per
+  // model, machine, build and shape: its timings are kept in the process
+  // and in tuning_cache_dir. ExecutorStats says what was chosen and why.
   FlashAttention flash_attn = FlashAttention::automatic;
+  // Where flash_attn = automatic keeps its probe's timings
+  // (attention-probe.txt; a failure to write it is logged, never fatal).
+  // nullopt (default): $WEFT_CACHE_DIR, else $XDG_CACHE_HOME/weft, else
+  // %LOCALAPPDATA%/weft on Windows, else $HOME/.cache/weft. "" = the
+  // process only (every new process probes again). A game passes a folder
+  // of its own (Unity: Application.persistentDataPath).
+  std::optional<std::string> tuning_cache_dir;
   // Most prompt tokens one conversation gets in one step; 0 = no cap beyond
   // the budget. Default 0.
   std::uint32_t max_prompt_chunk = 0;
@@ -300,6 +322,17 @@ struct ExecutorStats {
   // The cost model's prediction for one token at depth 0, and its samples.
   double predicted_ms_per_token = 0;
   std::uint64_t cost_model_samples = 0;
+  // The attention kernel the context uses: enabled or disabled, or
+  // automatic where llama.cpp decided (layers on a GPU, a q8_0 cache); how
+  // it was chosen; and for a probe (measured or remembered) one generation
+  // step plus one prompt chunk at its shape with each kernel, the fastest of
+  // three rounds, and that shape (conversations x cells each).
+  FlashAttention flash_attn = FlashAttention::disabled;
+  AttentionSource flash_attn_source = AttentionSource::asked;
+  double flash_attn_probe_ms = 0;
+  double plain_attn_probe_ms = 0;
+  std::uint32_t attn_probe_seqs = 0;
+  std::uint32_t attn_probe_depth = 0;
 };
 
 namespace detail {

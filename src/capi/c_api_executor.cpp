@@ -12,6 +12,8 @@ namespace {
 
 static_assert(WEFT_KV_F16 == static_cast<int>(KvType::f16) && WEFT_KV_Q8_0 == static_cast<int>(KvType::q8_0));
 static_assert(WEFT_FLASH_ATTN_DISABLED == static_cast<int>(FlashAttention::disabled));
+static_assert(WEFT_ATTENTION_FALLBACK == static_cast<int>(weft::AttentionSource::fallback));
+static_assert(WEFT_ATTENTION_MEASURED == static_cast<int>(weft::AttentionSource::measured));
 static_assert(WEFT_PRESSURE_CALLBACK == static_cast<int>(PressurePolicy::callback));
 static_assert(WEFT_EVENT_ERROR == static_cast<int>(EventKind::error));
 static_assert(WEFT_IMAGE_ENCODING_CALLER == static_cast<int>(ImageEncoding::caller));
@@ -21,6 +23,7 @@ static_assert(WEFT_IMAGE_ENCODING_CALLER == static_cast<int>(ImageEncoding::call
 const std::initializer_list<std::size_t> kExecutorParamsSizes = {offsetof(weft_executor_params, prefix_cache_cells),
                                                                   offsetof(weft_executor_params, projector),
                                                                   offsetof(weft_executor_params, image_encoding),
+                                                                  offsetof(weft_executor_params, tuning_cache_dir),
                                                                   sizeof(weft_executor_params)};
 
 weft_executor_params executor_defaults() {
@@ -48,6 +51,7 @@ weft_executor_params executor_defaults() {
   p.prefix_cache_cells = -1;
   p.projector = nullptr;
   p.image_encoding = static_cast<int32_t>(d.image_encoding);
+  p.tuning_cache_dir = nullptr;
   return p;
 }
 
@@ -148,6 +152,9 @@ weft_status weft_executor_create(const weft_model *model, const weft_executor_pa
     }
     if (p.prefix_cache_cells >= 0) ep.prefix_cache_cells = static_cast<std::uint32_t>(p.prefix_cache_cells);
     if (p.projector != nullptr) ep.projector = *get<weft::Projector>(p.projector, Kind::projector);
+    if (p.tuning_cache_dir != nullptr) {
+      ep.tuning_cache_dir = std::string(cstr_arg(p.tuning_cache_dir, "weft_executor_params.tuning_cache_dir", true));
+    }
     ep.image_encoding = static_cast<weft::ImageEncoding>(enum_field(
         p.image_encoding, WEFT_IMAGE_ENCODING_CALLER, "weft_executor_params.image_encoding", "weft_image_encoding"));
     std::shared_ptr<UserData> ud;
@@ -248,8 +255,15 @@ weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor
     c.image_batches = s.image_batches;
     c.image_decode_ms = s.image_decode_ms;
     c.images_pending = s.images_pending;
+    c.flash_attn_probe_ms = s.flash_attn_probe_ms;
+    c.plain_attn_probe_ms = s.plain_attn_probe_ms;
+    c.flash_attn = static_cast<int32_t>(s.flash_attn);
+    c.flash_attn_source = static_cast<int32_t>(s.flash_attn_source);
+    c.attn_probe_seqs = s.attn_probe_seqs;
+    c.attn_probe_depth = s.attn_probe_depth;
     write_struct(out, "weft_executor_stats", c,
-                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, images_pending),
+                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, flash_attn_probe_ms),
+                  offsetof(weft_executor_stats, images_pending),
                   offsetof(weft_executor_stats, images_encoded),
                   offsetof(weft_executor_stats, adapter_switches),
                   offsetof(weft_executor_stats, prefix_tokens_reused)});

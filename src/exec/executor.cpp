@@ -69,20 +69,6 @@ ggml_type to_ggml(KvType t) {
   return GGML_TYPE_F16;
 }
 
-llama_flash_attn_type to_llama(FlashAttention f, const Model &model, KvType kv) {
-  switch (f) {
-    case FlashAttention::enabled: return LLAMA_FLASH_ATTN_TYPE_ENABLED;
-    case FlashAttention::disabled: return LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    case FlashAttention::automatic: break;
-  }
-  // On the CPU, llama.cpp's flash-attention kernel grows with each token's
-  // depth: a 48-token chunk at position 480 takes 72 ms on npc with it and 8
-  // ms without (tiny 16 vs 1.1, small 2011 vs 389; docs/EXECUTOR.md). So
-  // automatic means off unless layers run on a GPU, or the KV type needs it.
-  if (model.impl()->on_gpu || kv == KvType::q8_0) return LLAMA_FLASH_ATTN_TYPE_AUTO;
-  return LLAMA_FLASH_ATTN_TYPE_DISABLED;
-}
-
 // Called by ggml after each graph node, on its first thread.
 bool abort_callback(void *data) {
   auto *core = static_cast<ExecutorCore *>(data);
@@ -152,7 +138,8 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   cp.kv_unified = true;  // forks share cells; per-slot caches split the context
   cp.type_k = to_ggml(params.kv_type);
   cp.type_v = to_ggml(params.kv_type);
-  cp.flash_attn_type = to_llama(params.flash_attn, model, params.kv_type);
+  attention = choose_attention(model, params, threads);
+  cp.flash_attn_type = attention.type;
   depth_is_cells = cp.flash_attn_type == LLAMA_FLASH_ATTN_TYPE_DISABLED;
   cp.no_perf = true;
   if (const std::string lost = model.impl()->failure(); !lost.empty()) {
@@ -175,6 +162,9 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
       ctx, params.n_seq_max,
       SpillConfig{.ram_bytes = p.spill.ram_bytes, .disk_dir = p.spill.disk_dir, .disk_bytes = p.spill.disk_bytes},
       p.spill.recompute, p.prefix_cache_cells.value_or(n_ctx / 4), scratch ? static_cast<int>(params.n_seq_max) : -1);
+  // V is transposed without flash attention; where llama.cpp decides, the
+  // first data copied out tells.
+  if (attention.type != LLAMA_FLASH_ATTN_TYPE_AUTO) kv->set_v_transposed(attention.type == LLAMA_FLASH_ATTN_TYPE_DISABLED);
   if (!model.impl()->rpc.empty()) kv->set_failure_probe([impl = model.impl()] { return impl->failure(); });
   batch = new llama_batch(llama_batch_init(static_cast<int32_t>(params.n_batch), 0, 1));
   if (params.projector) {
@@ -208,7 +198,7 @@ llama_context *ExecutorCore::media_context() {
   cp.n_threads_batch = llama_n_threads_batch(ctx);
   cp.type_k = to_ggml(params.kv_type);
   cp.type_v = to_ggml(params.kv_type);
-  cp.flash_attn_type = to_llama(params.flash_attn, model, params.kv_type);
+  cp.flash_attn_type = attention.type;
   cp.no_perf = true;
   take_llama_error();
   media_ctx = llama_init_from_model(model.impl()->model, cp);
@@ -366,6 +356,12 @@ ExecutorStats Executor::stats() const {
   s.worker_running = c.worker.running();
   s.predicted_ms_per_token = c.cost.predict(1, 0) * 1e3;
   s.cost_model_samples = c.cost.samples();
+  s.flash_attn = c.attention.reported;
+  s.flash_attn_source = c.attention.source;
+  s.flash_attn_probe_ms = c.attention.flash_ms;
+  s.plain_attn_probe_ms = c.attention.plain_ms;
+  s.attn_probe_seqs = c.attention.shape.seqs;
+  s.attn_probe_depth = c.attention.shape.depth;
   for (auto &[id, conv] : c.convs.all) {
     if (conv->disposed || conv->pinned) continue;
     s.generating += conv->gen ? 1u : 0u;

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec/attention_probe.hpp"
 #include "exec/conv.hpp"
 #include "exec/decoder.hpp"
 #include "exec/events.hpp"
@@ -157,6 +158,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // attends over the cells in use (the cost model's depth is then those);
   // with it, over its own position (then the mean position of the batch).
   bool depth_is_cells = false;
+  AttentionChoice attention;  // how flash_attn was resolved (stats)
   double sample_seconds = 0;  // running time of one sample (weight 0.2 for the newest)
   // Read by the abort callback on a ggml thread.
   std::atomic<std::int64_t> abort_deadline_ns{0};  // 0 = none

@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "core/internal.hpp"
+#include "kv/kv_layout.hpp"
 
 namespace weft::detail {
 namespace {
@@ -243,7 +244,9 @@ void KvManager::to_recompute(KvHandle &h, bool has_history) {
 bool KvManager::copy_out(int seq, std::vector<std::uint8_t> &out) const {
   const std::size_t size = llama_state_seq_get_size_ext(ctx_, seq, 0);
   out.resize(size);
-  return size > 0 && llama_state_seq_get_data_ext(ctx_, out.data(), size, seq, 0) == size && failure().empty();
+  const bool ok = size > 0 && llama_state_seq_get_data_ext(ctx_, out.data(), size, seq, 0) == size && failure().empty();
+  if (ok && !v_trans_) v_trans_ = v_transposed(out);
+  return ok;
 }
 
 std::shared_ptr<ParkedKv> KvManager::copy_to_store(int seq, std::uint64_t conv_id) {
@@ -296,6 +299,8 @@ bool KvManager::finish_park(KvHandle &h, std::shared_ptr<ParkedKv> blob, double 
 bool KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n,
                           std::span<const PosJump> jumps, std::uint32_t from) {
   auto *mem = llama_get_memory(ctx_);
+  std::vector<std::uint8_t> flipped;
+  bytes = in_v_layout(bytes, v_trans_, flipped);
   const bool ok = !bytes.empty() && n > from &&
                   llama_state_seq_set_data_ext(ctx_, bytes.data(), bytes.size(), seq, 0) != 0 &&
                   llama_memory_seq_pos_min(mem, seq) == pos_at(jumps, from) &&

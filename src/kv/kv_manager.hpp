@@ -28,6 +28,7 @@
 #include <list>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -183,6 +184,7 @@ class KvManager {
   // them as after a decode. False (nothing changed) without a scratch
   // sequence, room, or when llama.cpp refuses the data.
   bool append_data(const KvHandle &h, std::span<const std::uint8_t> bytes, std::uint32_t n);
+  void set_v_transposed(bool transposed) { v_trans_ = transposed; }
   // The KV data of h's sequence (or its parked blob), for saving.
   std::vector<std::uint8_t> export_kv(const KvHandle &h) const;
   // Only positions [from, n) of resident h (from > 0), through the scratch
@@ -290,6 +292,10 @@ class KvManager {
   std::list<CacheEntry> cache_;  // oldest use first
   std::uint32_t cache_budget_;
   int scratch_seq_;
+  // Whether this context stores V transposed (flash attention off): set by
+  // the executor, else learnt from the first data copied out. KV data of the
+  // other layout (saved where the other kernel was chosen) is converted.
+  mutable std::optional<bool> v_trans_;
   mutable std::vector<int> scratch_;
 };
 

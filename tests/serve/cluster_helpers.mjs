@@ -97,9 +97,12 @@ export async function startRedis(dir, port) {
 }
 
 // `weft serve` with the executor shape of the other serve tests, and `extra`.
+// One attention kernel on every node and in the references: automatic
+// chooses per shape and machine, and a conversation continued under the
+// other kernel matches only within noise, not token for token.
 export async function startNode(extra = [], { ctx = 2048, parallel = 8, threads = 1 } = {}) {
   const args = ["serve", "-m", env.model, "--port", "0", "--ctx", String(ctx), "--parallel", String(parallel), "--batch", "64",
-    "-t", String(threads), ...extra];
+    "-t", String(threads), "--flash-attn", "off", ...extra];
   const child = spawn(env.cli, args, { stdio: ["ignore", "pipe", "pipe"] });
   const n = track(child, "weft serve");
   const url = await waitFor(() => {

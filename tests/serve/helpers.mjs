@@ -48,7 +48,8 @@ export async function waitFor(pred, ms, what) {
 
 export async function startServer(extra = []) {
   const args = ["serve", "-m", env.model, "--port", "0", "--ctx", String(shape.ctx), "--parallel",
-    String(shape.parallel), "--batch", String(shape.batch), "-t", String(shape.threads), ...extra];
+    String(shape.parallel), "--batch", String(shape.batch), "-t", String(shape.threads),
+    "--flash-attn", "off", ...extra];  // serve_reference's kernel: replies are compared token for token
   const child = spawn(env.cli, args, { stdio: ["ignore", "pipe", "pipe"] });
   children.add(child);
   let out = "";

@@ -32,6 +32,7 @@ int main(int argc, char **argv) {
     ep.n_seq_max = static_cast<std::uint32_t>(std::stoul(argv[3]));
     ep.n_batch = static_cast<std::uint32_t>(std::stoul(argv[4]));
     ep.n_threads = std::stoi(argv[5]);
+    ep.flash_attn = weft::FlashAttention::disabled;  // as the servers under test (helpers.mjs)
     weft::Executor ex(model, ep);
 
     std::vector<weft::Token> prompt;

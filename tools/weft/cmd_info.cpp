@@ -2,9 +2,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
+#include "attention_cli.hpp"
 #include "commands.hpp"
 #include "progress.hpp"
 #include "weft/weft.hpp"
@@ -17,12 +19,25 @@ void add_info(CLI::App &app) {
   struct Opts {
     std::string model, text = "Hello, blacksmith! What do you sell?";
     std::vector<std::string> rpc;
+    unsigned ctx = 4096, parallel = 16;
+    int threads = 0;
+    weft::FlashAttention flash_attn = weft::FlashAttention::automatic;
+    bool no_executor = false;
   };
   auto o = std::make_shared<Opts>();
   auto *cmd = app.add_subcommand("info", "Load a model, print its metadata and a tokenizer round trip");
   cmd->add_option("-m,--model", o->model, "GGUF model path")->required();
   cmd->add_option("--text", o->text, "Text to tokenize")->capture_default_str();
   cmd->add_option("--rpc", o->rpc, "ggml-rpc-server peers host:port,... that hold the model's layers")->delimiter(',');
+  cmd->add_option("-c,--ctx", o->ctx, "KV cells of the executor whose attention kernel is shown")
+      ->check(CLI::Range(16u, 1u << 24))
+      ->capture_default_str();
+  cmd->add_option("--parallel,--np", o->parallel, "Its conversation slots (n_seq_max)")
+      ->check(CLI::Range(1u, 256u))
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Its CPU threads (0 = all)")->check(CLI::Range(0, 1024))->capture_default_str();
+  add_flash_attn_option(*cmd, o->flash_attn);
+  cmd->add_flag("--no-executor", o->no_executor, "Only the model: make no executor (and run no attention probe)");
   cmd->callback([o] {
     ProgressBar bar("loading");
     const auto t0 = std::chrono::steady_clock::now();
@@ -43,6 +58,14 @@ void add_info(CLI::App &app) {
     const auto tokens = model.tokenize(o->text, {.add_bos = true});
     fmt::print("tokenize    \"{}\" -> {}\n", o->text, tokens);
     fmt::print("detokenize  -> \"{}\"\n", model.detokenize(tokens, {.remove_special = true}));
+    if (o->no_executor) return;
+    // What an executor of this shape gets (automatic: measured once, then remembered).
+    const auto t1 = std::chrono::steady_clock::now();
+    weft::Executor ex(model, {.n_ctx = o->ctx, .n_batch = std::max(512u, o->parallel), .n_seq_max = o->parallel,
+                              .n_threads = o->threads, .flash_attn = o->flash_attn});
+    const double ex_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+    fmt::print("executor    n_ctx {}, n_seq_max {}, made in {:.0f} ms\n", ex.stats().n_ctx, o->parallel, ex_ms);
+    fmt::print("attention   {}\n", describe_attention(ex.stats()));
   });
 }
 

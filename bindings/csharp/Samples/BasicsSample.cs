@@ -52,6 +52,19 @@ namespace Weft.Samples
                 () => model.TokenizeUtf8(new byte[] { 0x41, 0xC3 }), "truncated UTF-8");
 
             var ex = new Executor(model, Small());
+            // FlashAttention.Auto on the CPU: both kernels timed, the faster one used.
+            var st = ex.Stats;
+            Check.True(st.FlashAttentionSource == AttentionSource.Measured || st.FlashAttentionSource == AttentionSource.Remembered,
+                "Auto measured the attention kernels");
+            Check.Equal(st.FlashAttentionProbeMs <= st.PlainAttentionProbeMs ? FlashAttention.Enabled : FlashAttention.Disabled,
+                st.FlashAttention, "the faster kernel was chosen");
+            Check.Equal(4, st.AttentionProbeSeqs, "the probe's conversations are the executor's slots");
+            using (var asked = new Executor(model, new ExecutorParams { ContextSize = 256, BatchSize = 32, MaxSequences = 2,
+                Threads = 1, FlashAttention = FlashAttention.Disabled, TuningCacheDir = "" }))
+            {
+                Check.Equal(AttentionSource.Asked, asked.Stats.FlashAttentionSource, "an explicit kernel is not probed");
+                Check.Equal(FlashAttention.Disabled, asked.Stats.FlashAttention, "as asked");
+            }
             var c = ex.CreateConversation();
             Check.Throws(Status.OutOfRange, "cannot rewind 5 tokens, it has 0", () => c.Rewind(5), "rewind past the start");
             Check.Throws(Status.InvalidArgument, "no logits yet", () => c.GetLogits(), "logits before any decode");

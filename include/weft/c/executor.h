@@ -16,6 +16,15 @@ typedef enum weft_flash_attn {
   WEFT_FLASH_ATTN_ENABLED = 1,
   WEFT_FLASH_ATTN_DISABLED = 2,
 } weft_flash_attn;
+// How the context's attention kernel was chosen (weft_executor_stats).
+typedef enum weft_attention_source {
+  WEFT_ATTENTION_ASKED = 0,       // flash_attn was ENABLED or DISABLED
+  WEFT_ATTENTION_GPU = 1,         // AUTO with layers on a GPU: left to llama.cpp
+  WEFT_ATTENTION_KV_TYPE = 2,     // AUTO with a q8_0 cache (needs flash attention): left to llama.cpp
+  WEFT_ATTENTION_MEASURED = 3,    // AUTO: both kernels timed when the executor was made
+  WEFT_ATTENTION_REMEMBERED = 4,  // AUTO: an earlier probe's timings (same model, machine, build, shape)
+  WEFT_ATTENTION_FALLBACK = 5,    // AUTO: the probe could not run (logged); flash attention off
+} weft_attention_source;
 // What happens when queued input cannot get KV cells now.
 typedef enum weft_pressure_policy {
   WEFT_PRESSURE_WAIT = 0,      // it stays queued until cells free up
@@ -52,8 +61,10 @@ typedef struct weft_executor_params {
   uint32_t n_seq_max;         // conversations resident at once, [1, 256]. Default 16
   int32_t n_threads;          // decode threads; 0 = all hardware threads. Default 0
   int32_t kv_type;            // a weft_kv_type. Default WEFT_KV_F16
-  // A weft_flash_attn. Default WEFT_FLASH_ATTN_AUTO: off on the CPU (llama.cpp's
-  // CPU kernel slows with depth); llama.cpp decides with GPU layers or a q8_0 KV.
+  // A weft_flash_attn. Default WEFT_FLASH_ATTN_AUTO: llama.cpp decides with
+  // GPU layers or a q8_0 KV; on the CPU both kernels are timed at this
+  // executor's shape and the faster is used (weft::ExecutorParams::flash_attn;
+  // the timings are kept per model, machine, build and shape: tuning_cache_dir).
   int32_t flash_attn;
   int32_t pressure;           // a weft_pressure_policy. Default WEFT_PRESSURE_WAIT
   uint32_t max_prompt_chunk;  // most prompt tokens per conversation per step; 0 = no cap. Default 0
@@ -77,6 +88,13 @@ typedef struct weft_executor_params {
   // as the default). A weft_image_encoding: who encodes queued images.
   // Ignored without a projector. Default WEFT_IMAGE_ENCODING_THREAD
   int32_t image_encoding;
+  // Added with the attention probe (a struct_size without it reads as
+  // NULL). NUL-terminated UTF-8 directory where WEFT_FLASH_ATTN_AUTO keeps
+  // its probe's timings; NULL = $WEFT_CACHE_DIR, else $XDG_CACHE_HOME/weft,
+  // else %LOCALAPPDATA%/weft on Windows, else $HOME/.cache/weft; "" = this
+  // process only. Copied; a failure to write there is logged, never fatal.
+  // Default NULL
+  const char *tuning_cache_dir;
 } weft_executor_params;
 
 WEFT_C_API weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size);
@@ -199,6 +217,17 @@ typedef struct weft_executor_stats {
   // Added with weft_executor_encode_images (a smaller struct_size gets the
   // fields before it): images queued for the encoder or being encoded now.
   uint32_t images_pending;
+  // Added with the attention probe (a smaller struct_size gets the fields
+  // before these). For a probe (measured or remembered): one generation
+  // step plus one prompt chunk at its shape (attn_probe_seqs conversations x
+  // attn_probe_depth cells), fastest of three rounds, with and without
+  // flash attention; 0 otherwise.
+  double flash_attn_probe_ms;
+  double plain_attn_probe_ms;
+  int32_t flash_attn;         // the weft_flash_attn the context uses; AUTO = llama.cpp decided
+  int32_t flash_attn_source;  // a weft_attention_source
+  uint32_t attn_probe_seqs;
+  uint32_t attn_probe_depth;
 } weft_executor_stats;
 
 // Keeps `tokens` (n_tokens ids) decoded in the cache for prefix reuse until

@@ -2,6 +2,8 @@
 // the summary. The llama-server engine is in bench_mixed_server.cpp.
 #include "bench_mixed.hpp"
 
+#include "attention_cli.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -199,6 +201,7 @@ class WeftTarget final : public Target {
                     .n_ubatch = p.ubatch,
                     .n_seq_max = p.slots + (p.fork_system ? 1 : 0),  // + the shared system prompt's conversation
                     .n_threads = p.threads,
+                    .flash_attn = p.flash_attn,
                     .max_prompt_chunk = p.max_chunk}) {}
 
   std::string name() const override { return "weft"; }
@@ -285,6 +288,8 @@ class WeftTarget final : public Target {
             {"step_ms", p_.step_ms},
             {"max_prompt_chunk", p_.max_chunk},
             {"n_threads", p_.threads},
+            {"flash_attn_asked", flash_attn_name(p_.flash_attn)},
+            {"attention", describe_attention(s)},
             // Over the last 1024 steps: what the ITL percentiles are made of.
             {"steps", s.steps},
             {"step_ms_p50", s.step_ms_p50},

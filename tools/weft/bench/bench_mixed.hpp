@@ -77,6 +77,8 @@ struct TargetParams {
   std::string model_path;
   unsigned ctx = 16384, batch = 2048, ubatch = 512, slots = 12;
   int threads = 0;
+  // Both engines: weft's ExecutorParams::flash_attn, llama-server's -fa.
+  weft::FlashAttention flash_attn = weft::FlashAttention::automatic;
   // weft only: StepBudget::max_tokens and ExecutorParams::max_prompt_chunk.
   unsigned step_tokens = 64, max_chunk = 0;
   // weft only: StepBudget::max_time in ms (weft serve --step-ms); 0 = none.

@@ -8,6 +8,7 @@
 
 #include "bench_common.hpp"
 #include "bench_mixed.hpp"
+#include "attention_cli.hpp"
 
 #if __has_include(<httplib.h>)
 #include <httplib.h>
@@ -44,6 +45,7 @@ ServerOptions weft_serve_options(const TargetParams &p, const std::string &log) 
           .ubatch = p.ubatch,
           .slots = p.slots + 1,
           .threads = p.threads,
+          .flash_attn = flash_attn_name(p.flash_attn),
           .extra_args = {"--step-tokens", std::to_string(p.step_tokens), "--step-ms", std::to_string(p.step_ms),
                          "--alias", kWeftAlias, "--shutdown-grace", "0", "--max-tokens", "1048576"},
           .ready_timeout_s = p.server_ready_timeout_s};
@@ -66,6 +68,7 @@ class ServerTarget final : public Target {
                                                                    .ubatch = p.ubatch,
                                                                    .slots = p.slots,
                                                                    .threads = p.threads,
+                                                                   .flash_attn = flash_attn_name(p.flash_attn),
                                                                    .extra_args = cache_reuse_args(p),
                                                                    .ready_timeout_s = p.server_ready_timeout_s});
   }
@@ -134,7 +137,7 @@ class ServerTarget final : public Target {
   }
 
   nlohmann::json settings() const override {
-    return {{"argv", server_->argv()}, {"log", log_path_}};
+    return {{"argv", server_->argv()}, {"log", log_path_}, {"attention", server_->flash_attn_used()}};
   }
 
  private:

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "attention_cli.hpp"
+
 namespace weft_cli::bench {
 
 const char *default_llama_server() {
@@ -28,6 +30,7 @@ void add_engine_options(CLI::App &cmd, TargetParams &e, const std::string &slots
   cmd.add_option("--threads", e.threads, "CPU threads for each engine (0 = all)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  add_flash_attn_option(cmd, e.flash_attn);
   cmd.add_option("--step-tokens", e.step_tokens, "weft: tokens per step (StepBudget::max_tokens)")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();

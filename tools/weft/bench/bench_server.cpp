@@ -128,6 +128,20 @@ ServerProcess::ServerProcess(ServerOptions options) : opt_(std::move(options)) {
 
 ServerProcess::~ServerProcess() { stop(); }
 
+std::string ServerProcess::flash_attn_used() const {
+  std::ifstream in(opt_.log_path);
+  for (std::string line; std::getline(in, line);) {
+    // llama.cpp, resolving -fa auto: "...: Flash Attention enabled" or "... not supported, set to disabled".
+    if (line.find("Flash Attention enabled") != std::string::npos) return "on (llama.cpp resolved auto)";
+    if (line.find("Flash Attention not supported") != std::string::npos) return "off (llama.cpp resolved auto)";
+    // weft serve: "weft serve: flash attention on (measured: ...)".
+    if (const auto at = line.find("weft serve: flash attention "); at != std::string::npos) {
+      return line.substr(at + std::string_view("weft serve: flash attention ").size());
+    }
+  }
+  return opt_.flash_attn.empty() ? "the server's default" : opt_.flash_attn + " (as asked)";
+}
+
 bool ServerProcess::spawn(int port) {
   port_ = port;
   if (opt_.kind == ServerKind::weft_serve) {
@@ -146,6 +160,10 @@ bool ServerProcess::spawn(int port) {
       argv_.push_back(flag);
       argv_.push_back(std::to_string(opt_.threads));
     }
+  }
+  if (!opt_.flash_attn.empty()) {
+    argv_.push_back(opt_.kind == ServerKind::weft_serve ? "--flash-attn" : "-fa");
+    argv_.push_back(opt_.flash_attn);
   }
   argv_.insert(argv_.end(), opt_.extra_args.begin(), opt_.extra_args.end());
   std::vector<char *> args;

@@ -24,6 +24,7 @@ struct ServerOptions {
   std::string log_path;  // the server's stdout and stderr go here
   unsigned ctx = 0, batch = 0, ubatch = 0, slots = 1;
   int threads = 0;                // 0: the server's default
+  std::string flash_attn;         // "on", "off" or "auto" (-fa / --flash-attn); "": the server's default
   std::vector<std::string> extra_args;  // appended to the command line
   double ready_timeout_s = 60;    // until /health answers 200
 };
@@ -43,6 +44,9 @@ class ServerProcess {
   const std::vector<std::string> &argv() const { return argv_; }
   // "llama-server" or "weft serve", for messages.
   const char *name() const;
+  // The attention kernel the server reports using, read from its log
+  // ("on"/"off", with weft serve's reason), else what it was asked for.
+  std::string flash_attn_used() const;
   // SIGTERM, up to 5 s, then SIGKILL; reaps the child. Idempotent.
   void stop();
   // The last `lines` lines of the server's log.

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "bench_commands.hpp"
+#include "attention_cli.hpp"
 #include "bench_common.hpp"
 #include "bench_options.hpp"
 #include "bench_server.hpp"
@@ -27,10 +28,12 @@ struct Opts {
   unsigned conversations = 16, pp = 128, tg = 64, reps = 3, rank = 8;
   int threads = 0;
   bool quiet = false;
+  weft::FlashAttention flash_attn = weft::FlashAttention::automatic;
 };
 
 // One run's numbers.
 struct Run {
+  std::string attention;  // weft: the executor's attention kernel and why
   double seconds = 0;     // first prompt to last token
   double tg_tok_s = 0;    // generated tokens / seconds
   double all_tok_s = 0;   // (prompt + generated) / seconds
@@ -75,6 +78,7 @@ Run run_weft(const Opts &o, const weft::Model &m, const std::vector<weft::Adapte
   p.n_batch = 512;
   p.n_seq_max = o.conversations;
   p.n_threads = o.threads;
+  p.flash_attn = o.flash_attn;
   p.prefix_cache_cells = 0;  // random prompts share nothing; keep the comparison plain
   weft::Executor ex(m, p);
   std::vector<weft::Conversation> convs;
@@ -122,6 +126,7 @@ Run run_weft(const Opts &o, const weft::Model &m, const std::vector<weft::Adapte
   run.first_done = *std::min_element(group_done.begin(), group_done.end());
   run.last_done = *std::max_element(group_done.begin(), group_done.end());
   const auto st = ex.stats();
+  run.attention = describe_attention(st);
   run.switches = st.adapter_switches;
   run.switch_ms = st.adapter_switch_ms;
   run.step_p50_ms = bench::percentile(steps, 50);
@@ -192,11 +197,13 @@ void run(Opts o) {
   const auto ps = prompts(o, model);
   nlohmann::json results = nlohmann::json::array();
   std::vector<std::pair<unsigned, Run>> weft_runs, server_runs;
+  std::string weft_attention = "not run", server_attention = "not run";
   if (o.target != "server") {
     for (unsigned g : groups) {
       std::vector<Run> reps;
       for (unsigned r = 0; r < o.reps; ++r) reps.push_back(run_weft(o, model, adapters, g, ps));
       weft_runs.emplace_back(g, median(reps));
+      weft_attention = weft_runs.back().second.attention;
       if (!o.quiet) fmt::print(stderr, "weft, {} groups: {:.2f} s\n", g, weft_runs.back().second.seconds);
     }
   }
@@ -217,7 +224,9 @@ void run(Opts o) {
                                  .ubatch = 512,
                                  .slots = o.conversations,
                                  .threads = o.threads,
+                                 .flash_attn = flash_attn_name(o.flash_attn),
                                  .extra_args = extra});
+    server_attention = server.flash_attn_used();
     for (unsigned g : groups) {
       std::vector<Run> reps;
       for (unsigned r = 0; r < o.reps; ++r) reps.push_back(run_server(o, server, g, ps));
@@ -232,6 +241,8 @@ void run(Opts o) {
   fmt::print("\nweft bench adapters: {} conversations, pp {} / tg {} each, LoRA rank {} on every one, in 1..8 groups "
              "(conversation i uses LoRA i mod groups); {} threads, medians of {} runs, load {:.2f}\n\n",
              o.conversations, o.pp, o.tg, o.rank, o.threads, o.reps, bench::load_average_1min());
+  fmt::print("--flash-attn {}: weft {}; llama-server {}\n\n", flash_attn_name(o.flash_attn), weft_attention,
+             server_attention);
   fmt::print("| {:<12} | {:>6} | {:>7} | {:>8} | {:>9} | {:>10} | {:>10} | {:>8} | {:>9} |\n", "engine", "groups",
              "wall s", "tg tok/s", "vs 1 grp", "1st grp s", "last grp s", "switches", "switch ms");
   fmt::print("|--------------|--------|---------|----------|-----------|------------|------------|----------|-----------|\n");
@@ -267,6 +278,9 @@ void run(Opts o) {
                                {"tg", o.tg},
                                {"rank", o.rank},
                                {"threads", o.threads},
+                               {"flash_attn_asked", flash_attn_name(o.flash_attn)},
+                               {"weft_attention", weft_attention},
+                               {"server_attention", server_attention},
                                {"reps", o.reps},
                                {"machine", bench::machine_info()},
                                {"results", results}});
@@ -289,6 +303,7 @@ void add_bench_adapters(CLI::App &bench) {
   cmd->add_option("--reps", o->reps, "Runs per point (the median is reported)")->check(CLI::Range(1u, 50u))
       ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->capture_default_str();
+  add_flash_attn_option(*cmd, o->flash_attn);
   cmd->add_option("--server", o->server_binary, "llama-server binary (default: the one built with weft's llama.cpp)");
   cmd->add_option("--json", o->json, "Also write the results here");
   cmd->add_flag("-q,--quiet", o->quiet, "No progress lines");

@@ -16,6 +16,7 @@
 
 #include "bench_common.hpp"
 #include "bench_commands.hpp"
+#include "attention_cli.hpp"
 
 namespace weft_cli {
 namespace {
@@ -26,6 +27,7 @@ struct Opts {
   unsigned ctx = 0, batch = 2048, ubatch = 512, seed = 1;
   int threads = 0;
   bool pps = false, skip_unfit = false;
+  weft::FlashAttention flash_attn = weft::FlashAttention::automatic;
 };
 
 struct Row {
@@ -146,8 +148,10 @@ void run(Opts o) {
                             .n_batch = o.batch,
                             .n_ubatch = o.ubatch,
                             .n_seq_max = max_pl,
-                            .n_threads = o.threads});
+                            .n_threads = o.threads,
+                            .flash_attn = o.flash_attn});
   const std::uint32_t n_ctx = ex.stats().n_ctx;
+  const std::string attention = describe_attention(ex.stats());
 
   // llama-batched-bench skips rows that do not fit without a word; say which and why.
   std::vector<Row> fit;
@@ -170,8 +174,8 @@ void run(Opts o) {
   if (!unfit.empty()) fmt::print(stderr, "weft: skipping rows that do not fit the context:{}\n", unfit);
 
   fmt::print("\nweft bench throughput: model {}, n_kv_max = {}, n_batch = {}, n_ubatch = {}, is_pp_shared = {}, "
-             "n_threads = {}\n\n",
-             path, n_ctx, o.batch, o.ubatch, o.pps ? 1 : 0, o.threads);
+             "n_threads = {}, --flash-attn {}: {}\n\n",
+             path, n_ctx, o.batch, o.ubatch, o.pps ? 1 : 0, o.threads, flash_attn_name(o.flash_attn), attention);
   fmt::print("|{:>6} | {:>6} | {:>4} | {:>6} | {:>8} | {:>8} | {:>8} | {:>8} | {:>8} | {:>8} |\n", "PP", "TG", "B",
              "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s");
   fmt::print("|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n");
@@ -204,6 +208,9 @@ void run(Opts o) {
                                {"n_batch", o.batch},
                                {"n_ubatch", o.ubatch},
                                {"n_threads", o.threads},
+                               {"flash_attn_asked", flash_attn_name(o.flash_attn)},
+                               {"flash_attn", flash_attn_name(ex.stats().flash_attn)},
+                               {"attention", attention},
                                {"is_pp_shared", o.pps},
                                {"machine", bench::machine_info()},
                                {"rows", out_rows}});
@@ -234,6 +241,7 @@ void add_bench_throughput(CLI::App &bench) {
   cmd->add_option("--ubatch", o->ubatch, "n_ubatch: micro-batch size")->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->check(CLI::Range(0, 1024))->capture_default_str();
+  add_flash_attn_option(*cmd, o->flash_attn);
   cmd->add_flag("--pps", o->pps, "One shared prompt, forked to every conversation (batched-bench -pps)");
   cmd->add_flag("--skip-unfit", o->skip_unfit, "Skip rows that do not fit the context (after naming them)");
   cmd->add_option("--seed", o->seed, "Seed of the random prompt tokens")->capture_default_str();

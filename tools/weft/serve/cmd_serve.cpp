@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 
+#include "attention_cli.hpp"
 #include "commands.hpp"
 #include "serve/server.hpp"
 #include "weft/weft.hpp"
@@ -36,6 +37,7 @@ void add_serve(CLI::App &app) {
       ->check(CLI::Range(0u, 60000u))
       ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Decode threads (0: all)")->capture_default_str();
+  add_flash_attn_option(*cmd, o->flash_attn);
   cmd->add_option("--spill-ram-mb", o->spill_ram_mb, "RAM for parked conversations' KV data")->capture_default_str();
   cmd->add_option("--spill-dir", o->spill_dir, "Directory for parked KV data once RAM is full (default: none)");
   cmd->add_option("--chat-template", o->chat_template,
@@ -87,6 +89,7 @@ void add_serve(CLI::App &app) {
     const auto &c = server.context();
     fmt::print("weft serve: model {} ({}), {} KV cells, {} slots\n", c.model_name, c.model.description(), c.n_ctx(),
                o->parallel);
+    fmt::print("weft serve: {}\n", describe_attention(c.ex->stats()));
     if (!o->store.empty())
       fmt::print("weft serve: node {}, state store {}\n", c.cluster->node_id(), o->store);
     fmt::print("weft serve: listening on http://{}:{}\n", o->host, port);

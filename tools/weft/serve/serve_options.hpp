@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/executor.hpp"
+
 namespace weft_cli::serve {
 
 struct ServeOptions {
@@ -20,6 +22,7 @@ struct ServeOptions {
   std::uint32_t step_tokens = 0;  // most tokens per step (StepBudget::max_tokens); 0 = batch
   std::uint32_t step_ms = 0;      // wall-clock target per step (StepBudget::max_time); 0 = none
   int threads = 0;                // decode threads; 0 = all
+  weft::FlashAttention flash_attn = weft::FlashAttention::automatic;  // --flash-attn
   std::uint64_t spill_ram_mb = 1024;
   std::string spill_dir;          // empty: no disk tier
   std::string chat_template;      // empty: the model's own, else chatml

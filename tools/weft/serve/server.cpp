@@ -232,6 +232,7 @@ ServeApp::ServeApp(ServeOptions opt) {
   ep.n_ubatch = c.opt.ubatch;
   ep.n_seq_max = c.opt.parallel;
   ep.n_threads = c.opt.threads;
+  ep.flash_attn = c.opt.flash_attn;
   ep.spill.ram_bytes = c.opt.spill_ram_mb << 20;
   ep.spill.disk_dir = c.opt.spill_dir;
   c.ex = std::make_unique<weft::Executor>(c.model, ep);
