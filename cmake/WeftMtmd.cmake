@@ -62,6 +62,10 @@ if(WEFT_MTMD)
     target_compile_options(weft_mtmd PRIVATE -w)
     # An -O0 vision encoder makes every image test slow; asserts stay on.
     target_compile_options(weft_mtmd PRIVATE $<$<CONFIG:Debug>:-O1>)
+    if(WIN32)
+      # mingw's math.h hides M_PI under strict -std=c++17 (upstream builds gnu++17).
+      target_compile_definitions(weft_mtmd PRIVATE _USE_MATH_DEFINES)
+    endif()
 
     set(WEFT_MTMD_ENABLED ON)
     set(WEFT_MTMD_INCLUDE_DIRS "${_mtmd_dir}")

@@ -5,9 +5,12 @@ set -eu
 
 pkgs="build-essential cmake ninja-build ccache git pkg-config ca-certificates
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-      mono-mcs mono-runtime chromium libhiredis-dev redis-server nginx"
+      mono-mcs mono-runtime chromium libhiredis-dev redis-server nginx
+      g++-mingw-w64-x86-64-posix wine64"
 # mono-mcs/mono-runtime: the C# binding is compiled and tested under Mono,
 # the runtime Unity embeds (bindings/csharp).
+# g++-mingw-w64-x86-64-posix, wine64: weft.dll for Windows x64 (the
+# `windows` preset) and its tests, run under wine64 (tests/windows).
 # chromium: the `weft serve` dashboard test drives it headless through
 # puppeteer-core (tests/serve).
 # libhiredis-dev: `weft serve --store redis://...`; redis-server and nginx:

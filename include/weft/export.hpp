@@ -3,7 +3,11 @@
 #pragma once
 
 #if defined(_WIN32)
-#if defined(WEFT_BUILDING)
+// weft's C++ library is static on Windows (weft.dll exports the C ABI
+// only): nothing to import or export unless it is built as a DLL itself.
+#if !defined(WEFT_CXX_DLL)
+#define WEFT_API
+#elif defined(WEFT_BUILDING)
 #define WEFT_API __declspec(dllexport)
 #else
 #define WEFT_API __declspec(dllimport)

@@ -42,7 +42,8 @@ struct ModelParams {
   // n_gpu_layers of 0 means all layers. Each peer is checked (connect and
   // ggml-rpc's HELLO within rpc_timeout_ms) before llama.cpp sees it, since
   // llama.cpp aborts the process on one it cannot reach. Errors: invalid_argument
-  // (not host:port, a duplicate, weft built without WEFT_RPC), out_of_range
+  // (not host:port, a duplicate, weft built without WEFT_RPC or for
+  // Windows, where RPC is not supported), out_of_range
   // (more than 16), io (unreachable, no answer), incompatible (another
   // ggml-rpc protocol version), backend (a model over a peer that failed is
   // still loaded). weft relays each peer's traffic through a loopback relay

@@ -43,7 +43,9 @@
 // out are copied into caller buffers: `*out_len` (or `*out_n`) is always set
 // to the full size, and a buffer smaller than that (plus 1 for the NUL that
 // ends text) fails with WEFT_ERR_BUFFER_TOO_SMALL, so calling with capacity
-// 0 asks for the size.
+// 0 asks for the size. File paths are NUL-terminated bytes as the OS takes
+// them; on Windows they are UTF-8 (opened as UTF-16 paths, so non-ASCII
+// names work), and one that is not UTF-8 fails with WEFT_ERR_INVALID_ARGUMENT.
 //
 // Callbacks take `void *user_data` last. Where a callback outlives the call
 // that registers it, a `weft_free_fn` may come with it: if that call

@@ -36,10 +36,28 @@ if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
   endif()
 elseif(APPLE)
   target_link_options(weft_shared PRIVATE "-Wl,-exported_symbol,_weft_*")
+elseif(WIN32)
+  # weft.dll exactly, no "lib" prefix: the C# binding's [DllImport("weft")]
+  # and Unity look for that name. Beside it the import library libweft.dll.a
+  # (mingw) and weft.def (MSVC: lib /def:weft.def /machine:x64 /out:weft.lib).
+  set_target_properties(weft_shared PROPERTIES
+    PREFIX ""
+    IMPORT_PREFIX "lib"
+    ARCHIVE_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/plugins)
+  target_link_options(weft_shared PRIVATE
+    # Only what WEFT_C_API marks dllexport (weft_*, src/capi/weft.map's rule);
+    # never ld's export-everything fallback. tests/windows checks the table.
+    -Wl,--exclude-all-symbols
+    -Wl,--output-def,${PROJECT_BINARY_DIR}/plugins/weft.def
+    # libstdc++, libgcc and winpthread inside: only Windows' own DLLs needed.
+    -static -static-libgcc -static-libstdc++
+    -Wl,--no-undefined)
 endif()
 
-# Installed beside, not over, the static C++ library: lib/weft/libweft.so.
+# Installed beside, not over, the static C++ library: lib/weft/libweft.so
+# (Windows: bin/weft.dll, lib/weft/libweft.dll.a).
 install(TARGETS weft_shared
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/weft
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}/weft
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 target_include_directories(weft_shared PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

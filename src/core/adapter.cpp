@@ -122,7 +122,7 @@ Adapter Model::load_adapter(const std::string &path) const {
   if (path.empty()) detail::fail(Errc::invalid_argument, "adapter path is empty");
   detail::require_regular_file(path, "adapter file");
   {
-    std::ifstream in(path, std::ios::binary);
+    std::ifstream in(detail::u8_path(path), std::ios::binary);
     std::array<char, 4> magic{};
     if (!in.read(magic.data(), magic.size()) || std::memcmp(magic.data(), "GGUF", 4) != 0) {
       detail::fail(Errc::corrupt, fmt::format("adapter file '{}' is not a GGUF file", path));

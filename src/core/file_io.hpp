@@ -1,17 +1,35 @@
-// Files written atomically and read with a size bound. Internal.
+// Files written atomically and read with a size bound, and UTF-8 paths
+// opened the same way on every platform. Internal.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace weft::detail {
 
-// Writes to `<path>.tmp.<pid>`, then fsync and rename on commit(), so a
-// crash or a failed write never leaves a partial file at `path` (the previous
-// file, if any, stays intact). Unlinks the temp file unless committed.
-// Throws Errc::io naming the path and the system's reason.
+// A path given to weft's API (UTF-8) as the OS opens it: wide on Windows, so
+// a name with non-ASCII characters (a user name in a game's save directory)
+// is found; the bytes unchanged elsewhere. Errc::invalid_argument for a path
+// that is not UTF-8 on Windows.
+std::filesystem::path u8_path(std::string_view utf8);
+// fopen with a UTF-8 path (_wfopen on Windows); nullptr and errno on failure.
+std::FILE *open_file(const std::string &path, const char *mode);
+// Removes a file; a missing file or an error is ignored (cleanup paths).
+void remove_file_quietly(const std::string &path) noexcept;
+// This process's id (temp and spill file names).
+long process_id() noexcept;
+
+// Writes to `<path>.tmp.<pid>.<n>`, then flushes it to disk and renames it
+// over `path` on commit() (MoveFileExW with replace on Windows, where
+// rename() onto an existing file fails), so a crash or a failed write never
+// leaves a partial file at `path` (the previous file, if any, stays intact).
+// Removes the temp file unless committed. Throws Errc::io naming the path
+// and the system's reason.
 class TempFile {
  public:
   explicit TempFile(std::string final_path);
@@ -22,8 +40,13 @@ class TempFile {
   void commit();
 
  private:
+  void close_handle() noexcept;
   std::string final_, tmp_;
+#ifdef _WIN32
+  void *handle_ = nullptr;  // HANDLE; INVALID_HANDLE_VALUE is never kept
+#else
   int fd_ = -1;
+#endif
   bool committed_ = false;
 };
 

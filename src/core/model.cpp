@@ -44,7 +44,7 @@ std::uint64_t compute_fingerprint(const llama_model *m, const std::string &path)
   }
   f.add_value(llama_model_n_params(m));
   f.add_value(llama_model_size(m));
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(detail::u8_path(path), std::ios::binary);
   std::vector<char> chunk(1 << 20);
   if (in) {
     in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
@@ -72,7 +72,7 @@ bool gpu_present() {
 
 void check_gguf_magic(const std::string &path) {
   detail::require_regular_file(path, "model file");
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(detail::u8_path(path), std::ios::binary);
   std::array<char, 4> magic{};
   if (!in.read(magic.data(), magic.size())) {
     detail::fail(Errc::corrupt, fmt::format("model file '{}' is shorter than a GGUF header", path));

@@ -40,7 +40,7 @@ Projector Projector::load(const Model &model, const ProjectorParams &params) {
   detail::fail(Errc::invalid_argument, "weft was built without mtmd (WEFT_MTMD=OFF): no projectors");
 #else
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(params.path, ec)) {
+  if (!std::filesystem::is_regular_file(detail::u8_path(params.path), ec)) {
     detail::fail(Errc::not_found, fmt::format("projector file '{}' does not exist", params.path));
   }
   detail::ensure_mtmd_log();

@@ -17,13 +17,19 @@
 #include <mutex>
 
 #include "core/internal.hpp"
+#ifndef _WIN32
 #include "core/rpc_relay.hpp"
+#endif
 
 namespace weft::detail {
 namespace {
 
 constexpr std::uint8_t kCmdHello = 14;      // RPC_CMD_HELLO: "must be always 14" (ggml-rpc.cpp)
 constexpr std::size_t kConnCapsSize = 24;   // RPC_CONN_CAPS_SIZE (transport.h)
+#ifdef _WIN32
+// POSIX sockets only (core/rpc_net.cpp, rpc_relay.cpp are not built there).
+constexpr const char *kNoRpc = "ModelParams.rpc is set but weft was built without RPC (not supported on Windows)";
+#endif
 
 }  // namespace
 
@@ -46,6 +52,11 @@ RpcEndpoint parse_rpc_endpoint(const std::string &endpoint) {
 
 void check_rpc_peer(const std::string &endpoint, std::chrono::milliseconds timeout) {
   const RpcEndpoint e = parse_rpc_endpoint(endpoint);
+#ifdef _WIN32
+  (void)e;
+  (void)timeout;
+  fail(Errc::invalid_argument, kNoRpc);
+#else
   const auto deadline = NetClock::now() + timeout;
   std::string why;
   Fd fd{connect_to(e, deadline, why)};
@@ -66,6 +77,7 @@ void check_rpc_peer(const std::string &endpoint, std::chrono::milliseconds timeo
                                          endpoint, rsp[0], rsp[1], rsp[2], RPC_PROTO_MAJOR_VERSION,
                                          RPC_PROTO_MINOR_VERSION, RPC_PROTO_PATCH_VERSION));
   }
+#endif
 }
 
 RpcPeers rpc_devices(const std::vector<std::string> &endpoints, std::chrono::milliseconds connect_timeout,
@@ -84,6 +96,12 @@ RpcPeers rpc_devices(const std::vector<std::string> &endpoints, std::chrono::mil
       }
     }
   }
+#ifdef _WIN32
+  (void)connect_timeout;
+  (void)reply_timeout;
+  (void)relay_on;
+  fail(Errc::invalid_argument, kNoRpc);
+#else
   ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
   using AddServer = ggml_backend_reg_t (*)(const char *);
   auto add = rpc == nullptr ? nullptr
@@ -123,12 +141,17 @@ RpcPeers rpc_devices(const std::vector<std::string> &endpoints, std::chrono::mil
     out.watches.push_back({relay, at});
   }
   return out;
+#endif
 }
 
 std::string rpc_failure(const std::vector<RpcWatch> &watches) {
+#ifdef _WIN32
+  (void)watches;  // never any: rpc_devices refuses every peer there
+#else
   for (const RpcWatch &w : watches) {
     if (w.relay->failures() > w.failures_at_load) return w.relay->last_failure();
   }
+#endif
   return {};
 }
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -21,6 +22,25 @@ int remaining_ms(NetClock::time_point deadline) {
 }
 
 }  // namespace
+
+void set_cloexec(int fd) { ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC); }
+
+int open_socket(int domain, int type, int protocol, bool nonblocking) {
+#ifdef SOCK_CLOEXEC
+  return ::socket(domain, type | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), protocol);
+#else
+  const int fd = ::socket(domain, type, protocol);
+  if (fd < 0) return fd;
+  set_cloexec(fd);
+  if (nonblocking) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+#ifdef SO_NOSIGPIPE
+  // No MSG_NOSIGNAL there: a send to a closed peer must not raise SIGPIPE.
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof(one));
+#endif
+  return fd;
+#endif
+}
 
 Fd &Fd::operator=(Fd &&o) noexcept {
   if (this != &o) {
@@ -52,7 +72,11 @@ bool send_all(int fd, const void *data, std::size_t n, NetClock::time_point dead
   const auto *p = static_cast<const std::uint8_t *>(data);
   while (n > 0) {
     if (!wait_for(fd, POLLOUT, deadline)) return false;
+#ifdef MSG_NOSIGNAL
     const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+#else
+    const ssize_t k = ::send(fd, p, n, 0);  // SO_NOSIGPIPE is set (open_socket)
+#endif
     if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (k <= 0) return false;
     p += k;
@@ -86,7 +110,7 @@ int connect_to(const RpcEndpoint &e, NetClock::time_point deadline, std::string 
   }
   int out = -1;
   for (addrinfo *a = res; a != nullptr && out < 0; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    const int fd = open_socket(a->ai_family, a->ai_socktype, a->ai_protocol, /*nonblocking=*/true);
     if (fd < 0) continue;
     int err = 0;
     if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {

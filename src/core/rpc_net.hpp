@@ -35,6 +35,13 @@ bool wait_for(int fd, short events, NetClock::time_point deadline);
 bool send_all(int fd, const void *data, std::size_t n, NetClock::time_point deadline);
 bool recv_all(int fd, void *data, std::size_t n, NetClock::time_point deadline);
 
+// socket() close-on-exec (and non-blocking if asked): in one call where the
+// system has SOCK_CLOEXEC (Linux, Android, the BSDs), with fcntl elsewhere
+// (macOS, iOS). -1 and errno on failure.
+int open_socket(int domain, int type, int protocol, bool nonblocking);
+// Marks a descriptor close-on-exec.
+void set_cloexec(int fd);
+
 // A non-blocking connect to the first address of host:port that answers
 // before the deadline; -1 with `why` set otherwise. The socket stays
 // non-blocking and close-on-exec.

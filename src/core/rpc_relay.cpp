@@ -9,12 +9,15 @@
 #include <fmt/format.h>
 
 #include <arpa/inet.h>
+#ifdef __linux__
 #include <dirent.h>
+#endif
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -132,26 +135,45 @@ namespace {
 // while a model is loaded (a game's helper, a test's peer) would keep the
 // connection open after the model is freed. Its end of a connection the
 // relay just accepted is found among this process's descriptors and marked.
+void mark_if_ggml_end(int fd, const sockaddr_in &ggml_end) {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  if (::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) != 0 || a.sin_family != AF_INET) return;
+  if (a.sin_port == ggml_end.sin_port && a.sin_addr.s_addr == ggml_end.sin_addr.s_addr) {
+    ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+  }
+}
+
 void mark_cloexec(const sockaddr_in &ggml_end) {
+#ifdef __linux__
   DIR *d = ::opendir("/proc/self/fd");
   if (d == nullptr) return;
   while (const dirent *e = ::readdir(d)) {
     const int fd = std::atoi(e->d_name);
     if (fd <= 2 || fd == ::dirfd(d)) continue;
-    sockaddr_in a{};
-    socklen_t len = sizeof(a);
-    if (::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) != 0 || a.sin_family != AF_INET) continue;
-    if (a.sin_port == ggml_end.sin_port && a.sin_addr.s_addr == ggml_end.sin_addr.s_addr) {
-      ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
-    }
+    mark_if_ggml_end(fd, ggml_end);
   }
   ::closedir(d);
+#else
+  // No /proc (macOS, iOS): every descriptor number up to a bound.
+  const long max = std::min<long>(::sysconf(_SC_OPEN_MAX), 4096);
+  for (int fd = 3; fd < max; ++fd) mark_if_ggml_end(fd, ggml_end);
+#endif
 }
 
 bool held(const RpcRelay::Conn &c) {
   if (!c.open.load()) return false;
+#ifdef POLLRDHUP
   pollfd p{c.client.fd, POLLRDHUP, 0};
   return ::poll(&p, 1, 0) == 0 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0;
+#else
+  // No POLLRDHUP (macOS, iOS): readable with nothing to peek means hung up.
+  pollfd p{c.client.fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) == 0) return true;
+  if ((p.revents & (POLLHUP | POLLERR)) != 0) return false;
+  char b = 0;
+  return ::recv(c.client.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
+#endif
 }
 
 }  // namespace
@@ -159,7 +181,7 @@ bool held(const RpcRelay::Conn &c) {
 RpcRelay::RpcRelay(std::string peer, std::chrono::milliseconds connect_timeout, std::chrono::milliseconds reply_timeout)
     : peer_(std::move(peer)), connect_ms_(connect_timeout.count()), reply_ms_(reply_timeout.count()) {
   peer_ep_ = parse_rpc_endpoint(peer_);
-  listen_ = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  listen_ = Fd(open_socket(AF_INET, SOCK_STREAM, 0, /*nonblocking=*/false));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -218,7 +240,12 @@ void RpcRelay::accept_loop() {
   while (!stop_.load()) {
     sockaddr_in from{};
     socklen_t from_len = sizeof(from);
+#ifdef __linux__
     const int fd = ::accept4(listen_.fd, reinterpret_cast<sockaddr *>(&from), &from_len, SOCK_CLOEXEC);
+#else
+    const int fd = ::accept(listen_.fd, reinterpret_cast<sockaddr *>(&from), &from_len);
+    if (fd >= 0) set_cloexec(fd);
+#endif
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (stop_.load()) return;

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <filesystem>
 
-#include <unistd.h>
-
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "weft/log.hpp"
@@ -102,7 +100,7 @@ ParkedKv::~ParkedKv() {
   } else {
     counters_->disk_bytes -= size_;
     --counters_->disk_blobs;
-    ::unlink(path_.c_str());
+    remove_file_quietly(path_);
   }
 }
 
@@ -125,14 +123,18 @@ SpillStore::SpillStore(SpillConfig config)
     // A directory of our own: spill files never collide with another
     // executor's, and all go when the store does.
     static std::atomic<std::uint64_t> instance{0};
-    dir_ = fmt::format("{}/weft-spill-{}-{}", config_.disk_dir, static_cast<long>(::getpid()), instance++);
+    dir_ = fmt::format("{}/weft-spill-{}-{}", config_.disk_dir, process_id(), instance++);
   }
 }
 
 SpillStore::~SpillStore() {
   if (dir_.empty()) return;
   std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);  // files of blobs still held elsewhere go too
+  try {
+    std::filesystem::remove_all(u8_path(dir_), ec);  // files of blobs still held elsewhere go too
+  } catch (...) {
+    // A directory name that is not UTF-8 (Windows): nothing was ever created there.
+  }
 }
 
 std::shared_ptr<ParkedKv> SpillStore::put(std::vector<std::uint8_t> bytes, std::uint64_t conv_id) {
@@ -144,7 +146,7 @@ std::shared_ptr<ParkedKv> SpillStore::put(std::vector<std::uint8_t> bytes, std::
     const std::string path = fmt::format("{}/conv-{}-{}.kv", dir_, conv_id, next_file_++);
     try {
       std::error_code ec;
-      std::filesystem::create_directories(dir_, ec);
+      std::filesystem::create_directories(u8_path(dir_), ec);
       if (ec) fail(Errc::io, fmt::format("cannot create spill directory '{}': {}", dir_, ec.message()));
       write_file_atomic(path, bytes);
       pool_->give(std::move(bytes));

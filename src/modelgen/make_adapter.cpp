@@ -100,7 +100,7 @@ struct Base {
       detail::fail(Errc::incompatible, fmt::format("base '{}': tensor '{}' has type {}, which ggml cannot convert to "
                                                    "f32", path, t->name, ggml_type_name(t->type)));
     }
-    File f(std::fopen(path.c_str(), "rb"));
+    File f(detail::open_file(path, "rb"));
     if (!f) detail::fail(Errc::io, fmt::format("cannot open base '{}': {}", path, std::strerror(errno)));
     std::vector<char> bytes(nbytes);
     if (fseeko(f.get(), static_cast<off_t>(offset), SEEK_SET) != 0 ||
@@ -122,7 +122,7 @@ Base open_base(const std::string &path) {
   Base b;
   b.path = path;
   std::error_code ec;
-  b.file_size = std::filesystem::file_size(path, ec);
+  b.file_size = std::filesystem::file_size(detail::u8_path(path), ec);
   if (ec) detail::fail(Errc::io, fmt::format("cannot stat base '{}': {}", path, ec.message()));
   ggml_context *meta = nullptr;
   gguf_init_params gp{/*no_alloc=*/true, /*ctx=*/&meta};

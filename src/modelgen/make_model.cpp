@@ -182,7 +182,7 @@ void detail::write_random_model(const RandomModelSpec &spec) {
   } else {
     const std::string vocab_path = spec.vocab.empty() ? default_vocab_path() : spec.vocab;
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(vocab_path, ec)) {
+    if (!std::filesystem::is_regular_file(detail::u8_path(vocab_path), ec)) {
       detail::fail(Errc::not_found, fmt::format("vocabulary file '{}' does not exist", vocab_path));
     }
     gguf_init_params vp{/*no_alloc=*/true, /*ctx=*/nullptr};

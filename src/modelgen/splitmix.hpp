@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <numbers>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -34,7 +35,7 @@ inline void fill_normal(std::vector<float> &v, std::uint64_t seed, std::string_v
   SplitMix64 rng{hash_name(seed, name)};
   for (std::size_t i = 0; i < v.size(); i += 2) {
     const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
-    const double t = 2.0 * M_PI * rng.uniform();
+    const double t = 2.0 * std::numbers::pi * rng.uniform();
     v[i] = static_cast<float>(r * std::cos(t) * std);
     if (i + 1 < v.size()) v[i + 1] = static_cast<float>(r * std::sin(t) * std);
   }

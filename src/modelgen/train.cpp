@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numbers>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -44,10 +45,7 @@ struct ModelFree {
 // Removes a scratch file on every exit path.
 struct ScratchFile {
   std::string path;
-  ~ScratchFile() {
-    std::error_code ec;
-    std::filesystem::remove(path, ec);
-  }
+  ~ScratchFile() { detail::remove_file_quietly(path); }
 };
 
 // Warm-up then cosine decay; ggml-opt asks once per optimizer step.
@@ -59,7 +57,7 @@ struct Schedule {
   float lr_at(std::int64_t s) const {
     if (s < p->warmup_steps) return p->lr * static_cast<float>(s + 1) / static_cast<float>(p->warmup_steps);
     const double t = std::min(1.0, double(s - p->warmup_steps) / double(std::max<std::int64_t>(1, total_steps - p->warmup_steps)));
-    return p->lr_min + (p->lr - p->lr_min) * static_cast<float>(0.5 * (1.0 + std::cos(M_PI * t)));
+    return p->lr_min + (p->lr - p->lr_min) * static_cast<float>(0.5 * (1.0 + std::cos(std::numbers::pi * t)));
   }
   static ggml_opt_optimizer_params call(void *ud) {
     auto *self = static_cast<Schedule *>(ud);
@@ -223,7 +221,7 @@ TrainReport train_npc_model(const TrainParams &p) {
   if (!model) detail::fail(Errc::io, fmt::format("could not load the initial npc model: {}", detail::take_llama_error()));
   // The weights now live in memory: drop the file at once, so a run killed
   // during the minutes of training leaves nothing next to `out`.
-  std::filesystem::remove(init.path, ec_ignored);
+  std::filesystem::remove(detail::u8_path(init.path), ec_ignored);
   const llama_vocab *vocab = llama_model_get_vocab(model.get());
 
   // One token stream per split; every dialogue starts with BOS, as a prompt does.

@@ -1,0 +1,53 @@
+# Checks weft.dll (cmake -DDLL=... -DINCLUDE=<include dir> -DOBJDUMP=... -P):
+# its export table is exactly the WEFT_C_API functions of weft/weft.h and
+# weft/c/*.h (the rule of src/capi/weft.map: weft_* and nothing else), and it
+# imports no mingw runtime DLL (libstdc++, libgcc, winpthread, libgomp are
+# linked in statically), only Windows' own.
+execute_process(COMMAND ${OBJDUMP} -p ${DLL} OUTPUT_VARIABLE dump RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${OBJDUMP} -p failed on ${DLL}")
+endif()
+string(REGEX MATCH "\\[Ordinal/Name Pointer\\] Table[^\n]*\n(([ \t]+\\[[ 0-9]+\\][^\n]*\n)*)" table "${dump}")
+string(REGEX MATCHALL "\\[ *[0-9]+\\] [A-Za-z0-9_@]+" rows "${CMAKE_MATCH_1}")
+set(exported)
+foreach(r IN LISTS rows)
+  string(REGEX REPLACE "^.* " "" name "${r}")  # "[  12] weft_x" -> weft_x
+  list(APPEND exported ${name})
+endforeach()
+
+set(declared)
+file(GLOB parts ${INCLUDE}/weft/c/*.h)
+foreach(h IN ITEMS ${INCLUDE}/weft/weft.h ${parts})
+  file(STRINGS ${h} decls REGEX "^WEFT_C_API ")
+  foreach(d IN LISTS decls)
+    string(REGEX MATCH "(weft_[a-z0-9_]+)\\(" m "${d}")
+    list(APPEND declared ${CMAKE_MATCH_1})
+  endforeach()
+endforeach()
+list(LENGTH exported n_exported)
+if(n_exported EQUAL 0)
+  message(FATAL_ERROR "no export table read from ${DLL}")
+endif()
+list(SORT exported)
+list(SORT declared)
+set(extra ${exported})
+list(REMOVE_ITEM extra ${declared})
+set(missing ${declared})
+list(REMOVE_ITEM missing ${exported})
+if(extra OR missing)
+  message(FATAL_ERROR "weft.dll exports other than weft.h (with weft/c/*.h) declares.\n"
+    "  exported, not declared: ${extra}\n  declared, not exported: ${missing}")
+endif()
+
+string(REGEX MATCHALL "DLL Name: [^\n]+" imports "${dump}")
+foreach(i IN LISTS imports)
+  if(i MATCHES "libstdc|libgcc|winpthread|libgomp|libssp|libatomic|libfmt")
+    message(FATAL_ERROR "weft.dll needs ${i}: the mingw runtime must be linked in statically")
+  endif()
+endforeach()
+get_filename_component(name ${DLL} NAME)
+if(NOT name STREQUAL "weft.dll")
+  message(FATAL_ERROR "the library is named ${name}, not weft.dll ([DllImport(\"weft\")] would not find it)")
+endif()
+file(SIZE ${DLL} size)
+message(STATUS "weft.dll: ${n_exported} exports, all weft_* and declared in weft.h; imports ${imports}; ${size} bytes")
