@@ -51,6 +51,7 @@ enum class AttentionSource {
   measured,    // automatic: both kernels timed when this executor was made
   remembered,  // automatic: an earlier probe's timings (same model, machine, build, shape)
   fallback,    // automatic: the probe could not run (logged); flash attention off
+  environment, // automatic, overridden by WEFT_FLASH_ATTN=on|off in the environment
 };
 
 // What happens when queued input cannot get KV cells now.
@@ -129,7 +130,10 @@ struct ExecutorParams {
   // as an equal share of min(n_ctx, 8192) cells allows, at most 256: one
   // generation step and one 32-token prompt chunk) and the faster is used.
   // Which wins depends on the CPU and the shape (docs/EXECUTOR.md,
-  // "Flash attention"). The probe takes two scratch contexts and about
+  // "Flash attention"). WEFT_FLASH_ATTN=on|off in the environment
+  // overrides automatic (not an explicit setting) without a rebuild; weft's
+  // test presets set it off so that every logits comparison uses the kernel
+  // it was validated with. The probe takes two scratch contexts and about
   // depth + 2x(one step + one chunk) of decoding per kernel, once per
   // model, machine, build and shape: its timings are kept in the process
   // and in tuning_cache_dir. ExecutorStats says what was chosen and why.

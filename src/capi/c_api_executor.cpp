@@ -12,7 +12,7 @@ namespace {
 
 static_assert(WEFT_KV_F16 == static_cast<int>(KvType::f16) && WEFT_KV_Q8_0 == static_cast<int>(KvType::q8_0));
 static_assert(WEFT_FLASH_ATTN_DISABLED == static_cast<int>(FlashAttention::disabled));
-static_assert(WEFT_ATTENTION_FALLBACK == static_cast<int>(weft::AttentionSource::fallback));
+static_assert(WEFT_ATTENTION_ENVIRONMENT == static_cast<int>(weft::AttentionSource::environment));
 static_assert(WEFT_ATTENTION_MEASURED == static_cast<int>(weft::AttentionSource::measured));
 static_assert(WEFT_PRESSURE_CALLBACK == static_cast<int>(PressurePolicy::callback));
 static_assert(WEFT_EVENT_ERROR == static_cast<int>(EventKind::error));

@@ -110,7 +110,7 @@ void write_cache(const std::string &dir, const std::string &key, Timings t) {
   const std::string file = dir + "/" + kCacheFile;
   try {
     std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(std::u8string(dir.begin(), dir.end())), ec);
+    std::filesystem::create_directories(u8_path(dir), ec);
     auto all = read_cache(file);  // another process may have added some
     all[key] = t;
     std::string text;
@@ -262,6 +262,16 @@ AttentionChoice choose_attention(const Model &model, const ExecutorParams &p, in
       c.reported = FlashAttention::disabled;
       return c;
     case FlashAttention::automatic: break;
+  }
+  if (const char *env = std::getenv("WEFT_FLASH_ATTN"); env != nullptr && *env != '\0') {
+    const std::string v(env);
+    if (v == "on" || v == "off") {
+      c.type = v == "on" ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+      c.reported = v == "on" ? FlashAttention::enabled : FlashAttention::disabled;
+      c.source = AttentionSource::environment;
+      return c;
+    }
+    if (v != "auto") log_warning(fmt::format("WEFT_FLASH_ATTN = '{}' is not on, off or auto: ignored", v));
   }
   if (model.impl()->on_gpu || p.kv_type == KvType::q8_0) {
     c.type = LLAMA_FLASH_ATTN_TYPE_AUTO;

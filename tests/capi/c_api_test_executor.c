@@ -49,16 +49,25 @@ void test_executor_errors(void) {
   st.struct_size = sizeof st;
   CHECK_OK(weft_executor_get_stats(ex, &st));
   CHECK(st.n_ctx == 256 && st.cells_free == 256 && st.cells_used == 0 && st.n_seq_max == 4 && st.steps == 2);
-  /* WEFT_FLASH_ATTN_AUTO on the CPU: both kernels timed, the faster used. */
-  CHECK(st.flash_attn_source == WEFT_ATTENTION_MEASURED || st.flash_attn_source == WEFT_ATTENTION_REMEMBERED);
-  CHECK(st.flash_attn_probe_ms > 0 && st.plain_attn_probe_ms > 0 && st.attn_probe_seqs == 4 && st.attn_probe_depth > 0);
-  CHECK(st.flash_attn == (st.flash_attn_probe_ms <= st.plain_attn_probe_ms ? WEFT_FLASH_ATTN_ENABLED
-                                                                           : WEFT_FLASH_ATTN_DISABLED));
+  /* WEFT_FLASH_ATTN_AUTO on the CPU: both kernels timed, the faster used;
+     or, as the test presets set it, WEFT_FLASH_ATTN in the environment. */
+  if (getenv("WEFT_FLASH_ATTN") != NULL && (strcmp(getenv("WEFT_FLASH_ATTN"), "on") == 0 ||
+                                            strcmp(getenv("WEFT_FLASH_ATTN"), "off") == 0)) {
+    CHECK(st.flash_attn_source == WEFT_ATTENTION_ENVIRONMENT && st.flash_attn_probe_ms == 0);
+    CHECK(st.flash_attn == (strcmp(getenv("WEFT_FLASH_ATTN"), "on") == 0 ? WEFT_FLASH_ATTN_ENABLED
+                                                                          : WEFT_FLASH_ATTN_DISABLED));
+  } else {
+    CHECK(st.flash_attn_source == WEFT_ATTENTION_MEASURED || st.flash_attn_source == WEFT_ATTENTION_REMEMBERED);
+    CHECK(st.flash_attn_probe_ms > 0 && st.plain_attn_probe_ms > 0 && st.attn_probe_seqs == 4 &&
+          st.attn_probe_depth > 0);
+    CHECK(st.flash_attn == (st.flash_attn_probe_ms <= st.plain_attn_probe_ms ? WEFT_FLASH_ATTN_ENABLED
+                                                                             : WEFT_FLASH_ATTN_DISABLED));
+  }
   /* A caller built before the probe's fields gets the fields before them. */
   memset(&st, 0, sizeof st);
   st.struct_size = offsetof(weft_executor_stats, flash_attn_probe_ms);
   CHECK_OK(weft_executor_get_stats(ex, &st));
-  CHECK(st.n_seq_max == 4 && st.flash_attn_probe_ms == 0 && st.attn_probe_seqs == 0);
+  CHECK(st.n_seq_max == 4 && st.flash_attn_probe_ms == 0 && st.attn_probe_seqs == 0 && st.flash_attn == 0);
   CHECK_OK(weft_executor_cells_free(ex, &free_cells));
   CHECK(free_cells == 256);
   CHECK_ERR(weft_executor_cells_free(ex, NULL), WEFT_ERR_NULL_ARG, "out");

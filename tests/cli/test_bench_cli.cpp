@@ -110,6 +110,51 @@ TEST(BenchThroughput, JsonRowsHaveEveryKeyAndConsistentArithmetic) {
   fs::remove_all(dir);
 }
 
+// --flash-attn reaches the executor, and the JSON and the header say which
+// kernel ran and why; auto is a measurement (or its remembered result).
+TEST(BenchThroughput, FlashAttnChoiceIsPassedAndReported) {
+  const auto dir = temp_dir("throughput-fa");
+  for (const std::string fa : {"on", "off", "auto"}) {
+    const auto json = dir / (fa + ".json");
+    // Without the test presets' WEFT_FLASH_ATTN override: auto is the probe's.
+    const auto r = weft_test::run_cli_env("WEFT_FLASH_ATTN= ", "bench throughput -m " + kTiny +
+                                                                  " --pp 8 --tg 2 --parallel 2 --threads 1 --flash-attn " +
+                                                                  fa + " --json " + json.string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto doc = read_json(json);
+    EXPECT_EQ(doc["flash_attn_asked"], fa);
+    const std::string used = doc["flash_attn"], why = doc["attention"];
+    if (fa == "auto") {
+      EXPECT_TRUE(used == "on" || used == "off") << used;
+      EXPECT_TRUE(why.find("measured") != std::string::npos || why.find("remembered") != std::string::npos) << why;
+    } else {
+      EXPECT_EQ(used, fa);
+      EXPECT_NE(why.find("as asked"), std::string::npos) << why;
+    }
+    EXPECT_NE(r.output.find("--flash-attn " + fa + ": " + why), std::string::npos) << r.output;
+  }
+  const auto bad = weft("bench throughput -m " + kTiny + " --flash-attn maybe");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("maybe"), std::string::npos) << bad.output;
+  fs::remove_all(dir);
+}
+
+// weft info shows the kernel an executor of the given shape gets.
+TEST(Info, ShowsTheAttentionKernelOfTheShape) {
+  const auto off = weft("info -m " + kTiny + " --ctx 256 --parallel 2 -t 1 --flash-attn off");
+  ASSERT_EQ(off.status, 0) << off.output;
+  EXPECT_NE(off.output.find("attention   flash attention off (as asked)"), std::string::npos) << off.output;
+  const auto aut = weft_test::run_cli_env("WEFT_FLASH_ATTN= ", "info -m " + kTiny + " --ctx 256 --parallel 2 -t 1");
+  ASSERT_EQ(aut.status, 0) << aut.output;
+  EXPECT_NE(aut.output.find("2 conversations x "), std::string::npos) << aut.output;
+  const auto env = weft_test::run_cli_env("WEFT_FLASH_ATTN=on ", "info -m " + kTiny + " --ctx 256 --parallel 2 -t 1");
+  EXPECT_NE(env.output.find("flash attention on (WEFT_FLASH_ATTN in the environment)"), std::string::npos)
+      << env.output;
+  const auto none = weft("info -m " + kTiny + " --no-executor");
+  ASSERT_EQ(none.status, 0) << none.output;
+  EXPECT_EQ(none.output.find("attention "), std::string::npos) << none.output;
+}
+
 TEST(BenchThroughput, SharedPromptCountsThePromptOnce) {
   const auto dir = temp_dir("pps");
   const auto json = dir / "rows.json";

@@ -2,6 +2,7 @@
 // result kept in the process and in ExecutorParams::tuning_cache_dir.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -19,6 +20,23 @@ namespace {
 weft::ExecutorParams probed(const std::filesystem::path &dir, std::uint32_t n_seq_max = 4) {
   return {.n_ctx = 1024, .n_batch = 64, .n_seq_max = n_seq_max, .n_threads = 2, .tuning_cache_dir = dir.string()};
 }
+
+// The test presets set WEFT_FLASH_ATTN=off (every other test compares with
+// the kernel it was validated with); these tests are about automatic itself.
+struct NoEnvOverride {
+  std::string saved;
+  bool had = false;
+  NoEnvOverride() {
+    if (const char *v = std::getenv("WEFT_FLASH_ATTN")) {
+      saved = v;
+      had = true;
+    }
+    ::unsetenv("WEFT_FLASH_ATTN");
+  }
+  ~NoEnvOverride() {
+    if (had) ::setenv("WEFT_FLASH_ATTN", saved.c_str(), 1);
+  }
+};
 
 // Tiny's rounds take a fraction of a millisecond, and ctest runs two test
 // processes at once: the spread check would keep most results off disk.
@@ -48,6 +66,7 @@ void expect_probe_consistent(const weft::ExecutorStats &s, std::uint32_t seqs) {
 }  // namespace
 
 TEST(AttentionProbe, MeasuresOnceThenRemembersInProcessAndOnDisk) {
+  const NoEnvOverride no_env;
   const auto &m = weft_test::tiny();
   const auto dir = weft_test::temp_dir("attn-probe");
   const AnySpread any;
@@ -93,6 +112,7 @@ TEST(AttentionProbe, MeasuresOnceThenRemembersInProcessAndOnDisk) {
 }
 
 TEST(AttentionProbe, CorruptOrUnwritableCacheIsMeasuredNotFatal) {
+  const NoEnvOverride no_env;
   const auto &m = weft_test::tiny();
   const auto dir = weft_test::temp_dir("attn-probe-bad");
   const AnySpread any;
@@ -118,6 +138,7 @@ TEST(AttentionProbe, CorruptOrUnwritableCacheIsMeasuredNotFatal) {
 }
 
 TEST(AttentionProbe, UnsteadyRoundsAreUsedButNotKept) {
+  const NoEnvOverride no_env;
   const auto &m = weft_test::tiny();
   const auto dir = weft_test::temp_dir("attn-probe-unsteady");
   weft::detail::set_attention_probe_spread(0.5);  // no probe can be this steady
@@ -134,6 +155,7 @@ TEST(AttentionProbe, UnsteadyRoundsAreUsedButNotKept) {
 }
 
 TEST(AttentionProbe, ExplicitSettingsAndQuantisedCacheAreNotProbed) {
+  const NoEnvOverride no_env;
   const auto &m = weft_test::tiny();
   for (const auto f : {weft::FlashAttention::enabled, weft::FlashAttention::disabled}) {
     weft::Executor ex(m, {.n_ctx = 256, .n_batch = 32, .n_seq_max = 2, .n_threads = 1, .flash_attn = f});
@@ -149,6 +171,28 @@ TEST(AttentionProbe, ExplicitSettingsAndQuantisedCacheAreNotProbed) {
   EXPECT_EQ(q.type, LLAMA_FLASH_ATTN_TYPE_AUTO);
   EXPECT_EQ(q.reported, weft::FlashAttention::automatic);
   EXPECT_EQ(q.source, weft::AttentionSource::kv_type);
+}
+
+TEST(AttentionProbe, EnvironmentOverridesAutomaticOnly) {
+  const NoEnvOverride restore;
+  const auto &m = weft_test::tiny();
+  const weft::ExecutorParams p{.n_ctx = 256, .n_batch = 32, .n_seq_max = 2, .n_threads = 1, .tuning_cache_dir = ""};
+  for (const char *v : {"on", "off"}) {
+    ::setenv("WEFT_FLASH_ATTN", v, 1);
+    const auto c = weft::detail::choose_attention(m, p, 1);
+    EXPECT_EQ(c.source, weft::AttentionSource::environment) << v;
+    EXPECT_EQ(c.reported, std::string(v) == "on" ? weft::FlashAttention::enabled : weft::FlashAttention::disabled);
+    EXPECT_EQ(c.flash_ms, 0);
+    // An explicit setting is not overridden.
+    auto asked = p;
+    asked.flash_attn = std::string(v) == "on" ? weft::FlashAttention::disabled : weft::FlashAttention::enabled;
+    EXPECT_EQ(weft::detail::choose_attention(m, asked, 1).source, weft::AttentionSource::asked) << v;
+  }
+  // Anything else is logged and ignored: the probe decides.
+  ::setenv("WEFT_FLASH_ATTN", "sometimes", 1);
+  weft::detail::forget_attention_probes();
+  const auto c = weft::detail::choose_attention(m, p, 1);
+  EXPECT_EQ(c.source, weft::AttentionSource::measured);
 }
 
 TEST(AttentionProbe, ShapeIsTheExecutorsSlotsAtAnEqualShareOfTheCache) {

@@ -32,6 +32,7 @@ std::string describe_attention(const weft::ExecutorStats &s) {
     case weft::AttentionSource::gpu: why = "layers on a GPU: llama.cpp decides"; break;
     case weft::AttentionSource::kv_type: why = "a q8_0 cache needs it: llama.cpp decides"; break;
     case weft::AttentionSource::fallback: why = "the probe could not run (see the log)"; break;
+    case weft::AttentionSource::environment: why = "WEFT_FLASH_ATTN in the environment"; break;
     case weft::AttentionSource::measured:
     case weft::AttentionSource::remembered:
       why = fmt::format("{}: {:.2f} ms with it, {:.2f} ms without, {} conversations x {} cells",

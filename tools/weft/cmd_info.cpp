@@ -61,8 +61,11 @@ void add_info(CLI::App &app) {
     if (o->no_executor) return;
     // What an executor of this shape gets (automatic: measured once, then remembered).
     const auto t1 = std::chrono::steady_clock::now();
-    weft::Executor ex(model, {.n_ctx = o->ctx, .n_batch = std::max(512u, o->parallel), .n_seq_max = o->parallel,
-                              .n_threads = o->threads, .flash_attn = o->flash_attn});
+    weft::Executor ex(model, {.n_ctx = o->ctx,
+                              .n_batch = std::max(o->parallel, std::min(512u, o->ctx)),
+                              .n_seq_max = o->parallel,
+                              .n_threads = o->threads,
+                              .flash_attn = o->flash_attn});
     const double ex_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
     fmt::print("executor    n_ctx {}, n_seq_max {}, made in {:.0f} ms\n", ex.stats().n_ctx, o->parallel, ex_ms);
     fmt::print("attention   {}\n", describe_attention(ex.stats()));

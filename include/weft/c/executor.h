@@ -24,6 +24,7 @@ typedef enum weft_attention_source {
   WEFT_ATTENTION_MEASURED = 3,    // AUTO: both kernels timed when the executor was made
   WEFT_ATTENTION_REMEMBERED = 4,  // AUTO: an earlier probe's timings (same model, machine, build, shape)
   WEFT_ATTENTION_FALLBACK = 5,    // AUTO: the probe could not run (logged); flash attention off
+  WEFT_ATTENTION_ENVIRONMENT = 6, // AUTO overridden by WEFT_FLASH_ATTN=on|off in the environment
 } weft_attention_source;
 // What happens when queued input cannot get KV cells now.
 typedef enum weft_pressure_policy {

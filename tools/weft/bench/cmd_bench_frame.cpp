@@ -22,6 +22,7 @@
 #include <string_view>
 #include <thread>
 
+#include "attention_cli.hpp"
 #include "bench_commands.hpp"
 #include "bench_common.hpp"
 #include "bench_images.hpp"
@@ -43,6 +44,7 @@ struct Opts {
   std::string image_kind = "gemma3";           // --image-kind: the projector's (qwen2vl: M-RoPE, causal)
   std::string encode = "thread";               // --encode: who encodes the pictures (thread | frame)
   int threads = 0;
+  weft::FlashAttention flash_attn = weft::FlashAttention::automatic;
   std::unique_ptr<bench::BenchLoras> loras;
   std::unique_ptr<bench::BenchProjector> projector;
 };
@@ -62,6 +64,7 @@ struct RunResult {
   unsigned arrivals = 0, arrivals_without_token = 0, arrivals_starved = 0;
   std::uint64_t arrival_tokens_sampled = 0;
   nlohmann::json images;  // with images: bench::ImageArrivals::summary
+  std::string attention;  // the executor's attention kernel and why
 };
 
 // An arriving prompt and what we track of it, through the public API only.
@@ -100,6 +103,7 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool
                             .n_ubatch = o.ubatch,
                             .n_seq_max = slots,
                             .n_threads = o.threads,
+                            .flash_attn = o.flash_attn,
                             .projector = images ? o.projector->projector : weft::Projector(),
                             .image_encoding = o.encode == "frame" ? weft::ImageEncoding::caller
                                                                   : weft::ImageEncoding::thread});
@@ -212,6 +216,7 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool
   const auto st = ex.stats();
   r.adapter_switches = st.adapter_switches;
   r.adapter_switch_ms = st.adapter_switch_ms;
+  r.attention = describe_attention(st);
   if (images) r.images = pictures.summary(st);
   for (const auto &a : arriving) close_arrival(r, a);
   return r;
@@ -221,7 +226,8 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool
 // single token (one conversation, a short history), the smallest unit of
 // work a step can do. A budget below it cannot be met on this machine.
 double one_token_step_ms(weft::Model &model, const Opts &o) {
-  weft::Executor ex(model, {.n_ctx = 256, .n_batch = 64, .n_seq_max = 1, .n_threads = o.threads});
+  weft::Executor ex(model,
+                    {.n_ctx = 256, .n_batch = 64, .n_seq_max = 1, .n_threads = o.threads, .flash_attn = o.flash_attn});
   std::mt19937_64 rng(o.seed + 1);
   auto c = ex.create();
   c.prompt(bench::random_tokens(rng, 32, model.n_vocab()));
@@ -266,6 +272,7 @@ nlohmann::json row_json(double budget_ms, const RunResult &r, const Baseline &ba
   const char *judged = budget_ms <= 0 ? "none" : budget_ms >= 2 * floor_ms ? "timing" : "progress_only";
   nlohmann::json j{{"budget_ms", budget_ms},
                    {"floor_ms", floor_ms},
+                   {"attention", r.attention},
                    {"target_judged", judged},
                    {"steps", r.step_ms.size()},
                    {"p50_ms", p50},
@@ -473,6 +480,7 @@ void run(Opts &o) {
                                {"frames_back_to_back", o.frame_ms == 0},
                                {"frame_ms", o.frame_ms},
                                {"n_threads", o.threads},
+                               {"flash_attn_asked", flash_attn_name(o.flash_attn)},
                                {"adapter_groups", o.adapter_groups},
                                {"machine", bench::machine_info()},
                                {"one_token_step_ms", floor_ms},
@@ -517,6 +525,7 @@ void add_bench_frame(CLI::App &bench) {
   cmd->add_option("--ubatch", o->ubatch, "n_ubatch (0 = n_batch); the deadline is checked between micro-batches")
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->check(CLI::Range(0, 1024))->capture_default_str();
+  add_flash_attn_option(*cmd, o->flash_attn);
   cmd->add_option("--adapter-groups", o->adapter_groups,
                   "Spread the NPCs and arrivals over this many random LoRAs (0 = none)")
       ->check(CLI::Range(0u, 16u))
