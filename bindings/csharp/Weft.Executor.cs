@@ -220,6 +220,7 @@ namespace Weft
             if (status != Status.Ok && ud != IntPtr.Zero) Trampolines.Unpin(ud);
             Native.Check(status);
             Handle = h;
+            Live.Add(Live.Executors, this);  // Library.Shutdown disposes it
         }
 
         public Conversation CreateConversation()

@@ -46,11 +46,11 @@ namespace Weft
     }
 
     // A loaded GGUF model: immutable, shared by executors and threads.
-    public sealed class Model : IDisposable
+    public sealed partial class Model : IDisposable
     {
         internal readonly ModelHandle Handle;
 
-        private Model(ModelHandle handle) { Handle = handle; }
+        private Model(ModelHandle handle) { Handle = handle; Live.Add(Live.Models, this); }
 
         public static Model Load(string path, ModelParams p = null)
         {

@@ -11,7 +11,8 @@ namespace Weft
 {
     internal static class Native
     {
-#if (UNITY_IOS || UNITY_WEBGL) && !UNITY_EDITOR
+        // Apple's mobile players and WebGL link native code into the player.
+#if (UNITY_IOS || UNITY_TVOS || UNITY_VISIONOS || UNITY_WEBGL) && !UNITY_EDITOR
         private const string Lib = "__Internal";  // statically linked into the player
 #else
         private const string Lib = "weft";        // libweft.so / weft.dll / libweft.dylib
@@ -54,6 +55,14 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_event_list_count(EventListHandle list, out UIntPtr n);
         [DllImport(Lib)] public static extern Status weft_event_list_get(EventListHandle list, UIntPtr index, ref EventNative ev);
         [DllImport(Lib)] public static extern Status weft_event_list_free(IntPtr list);
+        // The same over a raw list pointer: EventPump polls each frame without
+        // allocating a SafeHandle object (it frees the list in a finally).
+        [DllImport(Lib, EntryPoint = "weft_executor_poll_events")]
+        public static extern Status weft_executor_poll_events_raw(ExecutorHandle executor, UIntPtr max, out IntPtr list);
+        [DllImport(Lib, EntryPoint = "weft_event_list_count")]
+        public static extern Status weft_event_list_count_raw(IntPtr list, out UIntPtr n);
+        [DllImport(Lib, EntryPoint = "weft_event_list_get")]
+        public static extern Status weft_event_list_get_raw(IntPtr list, UIntPtr index, ref EventNative ev);
 
         [DllImport(Lib)] public static extern Status weft_conversation_create(ExecutorHandle executor, out ConversationHandle conversation);
         [DllImport(Lib)] public static extern Status weft_conversation_free(IntPtr conversation);

@@ -4,7 +4,9 @@
 // rest, one file per concept as the C headers are: Weft.Model.cs,
 // Weft.Executor.cs, Weft.Conversation.cs, Weft.Generation.cs, Weft.State.cs
 // (save/load, SaveAsync, parking), Weft.Adapter.cs (LoRA adapters and
-// control vectors per conversation).
+// control vectors per conversation), Weft.Model.Async.cs (LoadAsync),
+// Weft.EventPump.cs (events without garbage), Weft.Lifetime.cs (the log
+// callback, Library.Shutdown before a domain unload, GameDefaults).
 //
 // Ownership: Model, Executor, Conversation, Generation, Adapter and the native
 // memory behind them are IDisposable (SafeHandles underneath, so a forgotten
@@ -67,7 +69,7 @@ namespace Weft
     // when layers run on a GPU or the KV type needs it.
     public enum FlashAttention { Auto = 0, Enabled = 1, Disabled = 2 }
     // How Auto chose (ExecutorStats.FlashAttentionSource).
-    public enum AttentionSource { Asked = 0, Gpu = 1, KvType = 2, Measured = 3, Remembered = 4, Fallback = 5 }
+    public enum AttentionSource { Asked = 0, Gpu = 1, KvType = 2, Measured = 3, Remembered = 4, Fallback = 5, Environment = 6 }
     public enum PressurePolicy { Wait = 0, Fail = 1, Callback = 2 }
     // Who encodes queued images: the executor's encoder thread, or whoever
     // calls Executor.EncodeImages (a game that places each encode itself).
@@ -79,28 +81,13 @@ namespace Weft
     // What an Adapter file holds (Weft.Adapter.cs).
     public enum AdapterKind { Lora = 0, ControlVector = 1 }
 
-    // The library itself: versions and where its log lines go.
-    public static class Library
+    // The library itself: versions, where its log lines go (SetLogCallback)
+    // and Shutdown (Weft.Lifetime.cs).
+    public static partial class Library
     {
         public static string Version { get { return Native.Utf8z(Native.weft_version()); } }
         public static string LlamaVersion { get { return Native.Utf8z(Native.weft_llama_version()); } }
 
         public static string StatusName(Status status) { return Native.Utf8z(Native.weft_status_name(status)); }
-
-        // Routes weft's and llama.cpp's log lines at `minLevel` or above to
-        // `sink` (null silences weft, the default). The sink is called from
-        // whichever thread logs, possibly concurrently.
-        public static void SetLogCallback(Action<LogLevel, string> sink, LogLevel minLevel = LogLevel.Warn)
-        {
-            if (sink == null)
-            {
-                Native.Check(Native.weft_set_log_callback(IntPtr.Zero, (int)LogLevel.None, IntPtr.Zero, IntPtr.Zero));
-                return;
-            }
-            var ud = Trampolines.Pin(sink);
-            var status = Native.weft_set_log_callback(Trampolines.Log, (int)minLevel, ud, Trampolines.Free);
-            if (status != Status.Ok) Trampolines.Unpin(ud);  // on failure, user_data stays ours
-            Native.Check(status);
-        }
     }
 }

@@ -4,7 +4,11 @@
 // (a game must not get console spam). The sink receives every line at or above
 // the chosen level from weft and from llama.cpp/ggml.
 //
-// Thread-safety: set_log_sink() may be called from any thread at any time; the
+// Thread-safety: set_log_sink() may be called from any thread at any time.
+// It returns once no other thread is still inside the previous sink, which
+// is then destroyed on the calling thread: after it returns, the previous
+// sink is never called again. (From inside the previous sink it cannot wait
+// for itself; that sink is destroyed when its call returns.) The
 // sink itself is called from whichever thread logs (loader, stepping thread),
 // possibly concurrently, and must be thread-safe. The sink must not call back
 // into weft.

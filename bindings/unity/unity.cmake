@@ -1,0 +1,83 @@
+# The Unity package (UPM): generated from bindings/csharp's sources (they
+# exist once) plus bindings/unity's glue, sample and docs, by
+# make_package.cmake; `unity-package` makes the folder and the .tgz that
+# Unity's Package Manager installs ("Add package from tarball").
+# Its tests compile the package's Runtime and sample against a UnityEngine
+# stub (Tests/UnityStub.cs, never shipped) under Mono.
+# Included from bindings/csharp/CMakeLists.txt (after find_program(mcs, mono)).
+
+set(_weft_unity_dir ${CMAKE_CURRENT_LIST_DIR})
+set(_weft_unity_out ${PROJECT_BINARY_DIR}/unity-package)
+set(_weft_unity_tgz ${_weft_unity_out}/com.weft.llm-${PROJECT_VERSION}.tgz)
+# Another platform's native library to ship beside Linux's (e.g. the windows
+# preset's plugins/weft.dll); empty: Linux x86-64 only.
+set(WEFT_UNITY_WINDOWS_DLL "" CACHE FILEPATH "weft.dll to put in the Unity package (Windows x64)")
+
+file(GLOB _weft_unity_inputs CONFIGURE_DEPENDS
+  ${CMAKE_CURRENT_SOURCE_DIR}/Weft*.cs
+  ${_weft_unity_dir}/Runtime/*
+  ${_weft_unity_dir}/Samples~/NpcDialogue/*
+  ${_weft_unity_dir}/package.json.in ${_weft_unity_dir}/README.md
+  ${_weft_unity_dir}/make_package.cmake ${_weft_unity_dir}/metas.cmake)
+
+# The library this build makes goes in as Linux x86-64's (only Linux builds
+# include this file: a Windows cross build's tests stop before it).
+set(_weft_unity_linux_lib "")
+if(CMAKE_SYSTEM_NAME STREQUAL "Linux" AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  set(_weft_unity_linux_lib $<TARGET_FILE:weft_shared>)
+endif()
+
+if(WEFT_NATIVE)
+  set(_weft_unity_note "note: WEFT_NATIVE=ON tunes libweft.so for this CPU; configure with -DWEFT_NATIVE=OFF for a package you ship")
+else()
+  set(_weft_unity_note "libweft.so built without -march=native")
+endif()
+
+add_custom_command(OUTPUT ${_weft_unity_tgz} ${_weft_unity_out}/stamp
+  COMMAND ${CMAKE_COMMAND}
+          -DCS_DIR=${CMAKE_CURRENT_SOURCE_DIR} -DUNITY_DIR=${_weft_unity_dir} -DOUT=${_weft_unity_out}
+          -DVERSION=${PROJECT_VERSION} -DTGZ=${_weft_unity_tgz}
+          -DLINUX_LIB=${_weft_unity_linux_lib} -DWINDOWS_DLL=${WEFT_UNITY_WINDOWS_DLL}
+          -P ${_weft_unity_dir}/make_package.cmake
+  COMMAND ${CMAKE_COMMAND} -E echo "${_weft_unity_note}"
+  COMMAND ${CMAKE_COMMAND} -E touch ${_weft_unity_out}/stamp
+  DEPENDS ${_weft_unity_inputs} weft_shared
+  COMMENT "Generating the Unity package and ${_weft_unity_tgz}"
+  VERBATIM)
+add_custom_target(unity-package ALL DEPENDS ${_weft_unity_tgz})
+
+# The layout Unity expects, checked on the folder and the unpacked .tgz.
+add_test(NAME unity_package_layout
+  COMMAND ${CMAKE_COMMAND} -DPKG=${_weft_unity_out}/package -DTGZ=${_weft_unity_tgz} -DCS_DIR=${CMAKE_CURRENT_SOURCE_DIR}
+          -DWORK=${_weft_unity_out}/check -P ${_weft_unity_dir}/check_package.cmake)
+set_tests_properties(unity_package_layout PROPERTIES TIMEOUT 60)
+
+set(_weft_unity_tests log_swap unity_reload app_domain load_async android_path pump sample omp_passive)
+if(_weft_cs_skip)
+  foreach(_t IN LISTS _weft_unity_tests)
+    add_test(NAME unity_${_t} COMMAND ${CMAKE_COMMAND} -E echo "unity tests skipped: ${_weft_cs_skip}")
+    set_tests_properties(unity_${_t} PROPERTIES SKIP_REGULAR_EXPRESSION "unity tests skipped")
+  endforeach()
+  return()
+endif()
+
+# Compiled from the generated package, as Unity would see it, with the
+# defines of the Linux editor; the stub and the tests beside it.
+set(_weft_unity_exe ${CMAKE_CURRENT_BINARY_DIR}/WeftUnityTests.exe)
+file(GLOB _weft_unity_test_sources CONFIGURE_DEPENDS ${_weft_unity_dir}/Tests/*.cs)
+add_custom_command(OUTPUT ${_weft_unity_exe}
+  COMMAND ${CMAKE_COMMAND} -DMCS=${WEFT_MCS} -DPKG=${_weft_unity_out}/package -DOUT=${_weft_unity_exe}
+          "-DEXTRA=${_weft_unity_test_sources};${CMAKE_CURRENT_SOURCE_DIR}/Samples/Check.cs"
+          -P ${_weft_unity_dir}/compile_tests.cmake
+  DEPENDS ${_weft_unity_tgz} ${_weft_unity_test_sources} ${_weft_unity_dir}/compile_tests.cmake
+  COMMENT "Compiling the Unity package's Runtime and sample against the UnityEngine stub"
+  VERBATIM)
+add_custom_target(unity_tests ALL DEPENDS ${_weft_unity_exe} ${CMAKE_CURRENT_BINARY_DIR}/libweft.so)
+
+foreach(_t IN LISTS _weft_unity_tests)
+  add_test(NAME unity_${_t}
+    COMMAND ${WEFT_MONO} --debug ${_weft_unity_exe} ${WEFT_TEST_MODELS}/tiny.gguf ${_t}
+    WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  # The sample and the reload tests time frames and count threads: alone.
+  set_tests_properties(unity_${_t} PROPERTIES FIXTURES_REQUIRED models TIMEOUT 300 RUN_SERIAL ON)
+endforeach()
