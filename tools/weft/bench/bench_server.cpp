@@ -139,6 +139,10 @@ std::string ServerProcess::flash_attn_used() const {
       return line.substr(at + std::string_view("weft serve: flash attention ").size());
     }
   }
+  // llama-server logs the resolution only at higher verbosity (-lv).
+  if (opt_.flash_attn == "auto") {
+    return "auto (not in the server's log; llama.cpp turns it on where the device supports it, as the CPU does)";
+  }
   return opt_.flash_attn.empty() ? "the server's default" : opt_.flash_attn + " (as asked)";
 }
 
