@@ -140,8 +140,7 @@ struct ExecutorParams {
   FlashAttention flash_attn = FlashAttention::automatic;
   // Where flash_attn = automatic keeps its probe's timings
   // (attention-probe.txt; a failure to write it is logged, never fatal).
-  // nullopt (default): $WEFT_CACHE_DIR, else $XDG_CACHE_HOME/weft, else
-  // %LOCALAPPDATA%/weft on Windows, else $HOME/.cache/weft. "" = the
+  // nullopt (default): weft::default_cache_dir() (weft/cache.hpp). "" = the
   // process only (every new process probes again). A game passes a folder
   // of its own (Unity: Application.persistentDataPath).
   std::optional<std::string> tuning_cache_dir;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "weft/adapter.hpp"
+#include "weft/cache.hpp"
 #include "weft/conversation.hpp"
 #include "weft/error.hpp"
 #include "weft/executor.hpp"

@@ -23,6 +23,7 @@
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "core/model_impl.hpp"
+#include "weft/cache.hpp"
 
 namespace weft::detail {
 namespace {
@@ -71,16 +72,7 @@ std::string probe_key(const Model &model, const ExecutorParams &p, const ProbeSh
   return fmt::format("{:016x}", fnv1a(all));
 }
 
-std::string cache_dir(const ExecutorParams &p) {
-  if (p.tuning_cache_dir) return *p.tuning_cache_dir;
-  if (const char *d = std::getenv("WEFT_CACHE_DIR"); d != nullptr && *d != '\0') return d;
-  if (const char *d = std::getenv("XDG_CACHE_HOME"); d != nullptr && *d != '\0') return std::string(d) + "/weft";
-#ifdef _WIN32
-  if (const char *d = std::getenv("LOCALAPPDATA"); d != nullptr && *d != '\0') return std::string(d) + "/weft";
-#endif
-  if (const char *d = std::getenv("HOME"); d != nullptr && *d != '\0') return std::string(d) + "/.cache/weft";
-  return {};
-}
+std::string cache_dir(const ExecutorParams &p) { return p.tuning_cache_dir ? *p.tuning_cache_dir : default_cache_dir(); }
 
 using Timings = std::pair<double, double>;  // flash_ms, plain_ms
 
@@ -239,6 +231,23 @@ bool measure(const Model &model, const ExecutorParams &p, const ProbeShape &s, i
 }
 
 }  // namespace
+}  // namespace weft::detail
+
+namespace weft {
+
+std::string default_cache_dir() {
+  if (const char *d = std::getenv("WEFT_CACHE_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char *d = std::getenv("XDG_CACHE_HOME"); d != nullptr && *d != '\0') return std::string(d) + "/weft";
+#ifdef _WIN32
+  if (const char *d = std::getenv("LOCALAPPDATA"); d != nullptr && *d != '\0') return std::string(d) + "/weft";
+#endif
+  if (const char *d = std::getenv("HOME"); d != nullptr && *d != '\0') return std::string(d) + "/.cache/weft";
+  return {};
+}
+
+}  // namespace weft
+
+namespace weft::detail {
 
 ProbeShape probe_shape(const ExecutorParams &p) {
   ProbeShape s;
@@ -282,15 +291,14 @@ AttentionChoice choose_attention(const Model &model, const ExecutorParams &p, in
   c.shape = probe_shape(p);
   const std::string key = probe_key(model, p, c.shape, threads);
   std::lock_guard lock(probes_mu);
-  auto &known = probes;
   Timings t{};
   const std::string dir = cache_dir(p);
-  if (auto it = known.find(key); it != known.end()) {
+  if (auto it = probes.find(key); it != probes.end()) {
     t = it->second;
     c.source = AttentionSource::remembered;
   } else if (auto disk = dir.empty() ? std::map<std::string, Timings>{} : read_cache(dir + "/" + kCacheFile);
              disk.count(key) != 0) {
-    t = known[key] = disk[key];
+    t = probes[key] = disk[key];
     c.source = AttentionSource::remembered;
   } else {
     std::string why;
@@ -301,7 +309,7 @@ AttentionChoice choose_attention(const Model &model, const ExecutorParams &p, in
       c.source = AttentionSource::fallback;
       return c;
     }
-    known[key] = t;
+    probes[key] = t;
     c.source = AttentionSource::measured;
     if (!steady) {
       log_warning(fmt::format("attention probe ({} conversations x {} cells): rounds varied beyond {}x (a busy "

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -193,6 +195,30 @@ TEST(AttentionProbe, EnvironmentOverridesAutomaticOnly) {
   weft::detail::forget_attention_probes();
   const auto c = weft::detail::choose_attention(m, p, 1);
   EXPECT_EQ(c.source, weft::AttentionSource::measured);
+}
+
+TEST(AttentionProbe, DefaultCacheDirFollowsTheEnvironment) {
+  // Saved and restored: the rest of the process keeps its environment.
+  std::map<std::string, std::optional<std::string>> saved;
+  for (const char *k : {"WEFT_CACHE_DIR", "XDG_CACHE_HOME", "HOME"}) {
+    const char *v = std::getenv(k);
+    saved[k] = v ? std::optional<std::string>(v) : std::nullopt;
+  }
+  ::setenv("WEFT_CACHE_DIR", "/w", 1);
+  ::setenv("XDG_CACHE_HOME", "/x", 1);
+  ::setenv("HOME", "/h", 1);
+  EXPECT_EQ(weft::default_cache_dir(), "/w");
+  ::setenv("WEFT_CACHE_DIR", "", 1);
+  EXPECT_EQ(weft::default_cache_dir(), "/x/weft");
+  ::unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(weft::default_cache_dir(), "/h/.cache/weft");
+  ::unsetenv("HOME");
+  ::unsetenv("WEFT_CACHE_DIR");
+  EXPECT_EQ(weft::default_cache_dir(), "");
+  for (const auto &[k, v] : saved) {
+    if (v) ::setenv(k.c_str(), v->c_str(), 1);
+    else ::unsetenv(k.c_str());
+  }
 }
 
 TEST(AttentionProbe, ShapeIsTheExecutorsSlotsAtAnEqualShareOfTheCache) {

@@ -16,10 +16,8 @@
 namespace weft_cli {
 
 std::string cache_dir() {
-  if (const char *d = std::getenv("WEFT_CACHE_DIR"); d != nullptr && *d != '\0') return d;
-  if (const char *d = std::getenv("XDG_CACHE_HOME"); d != nullptr && *d != '\0') return std::string(d) + "/weft";
-  if (const char *h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/weft";
-  return ".weft-cache";
+  const std::string d = weft::default_cache_dir();
+  return d.empty() ? ".weft-cache" : d;
 }
 
 namespace {
