@@ -30,6 +30,15 @@ option(WEFT_CUDA   "Build llama.cpp with the CUDA backend"   OFF)
 option(WEFT_VULKAN "Build llama.cpp with the Vulkan backend" OFF)
 option(WEFT_METAL  "Build llama.cpp with the Metal backend"  OFF)
 option(WEFT_NATIVE "Tune llama.cpp for this CPU (GGML_NATIVE)" ON)
+# The portable build (the `dist` preset): ggml's CPU backend once per x86-64
+# ISA level (x64 ... sapphirerapids) as loadable modules beside the library,
+# the best one this CPU runs chosen at run time (src/core/backend_loader.cpp).
+# llama.cpp and ggml become shared libraries; WEFT_NATIVE is ignored.
+option(WEFT_CPU_VARIANTS "Portable build: every ggml CPU variant, chosen at run time (GGML_BACKEND_DL)" OFF)
+if(WEFT_CPU_VARIANTS AND WEFT_NATIVE)
+  message(STATUS "weft: WEFT_CPU_VARIANTS=ON builds portable CPU variants; WEFT_NATIVE is ignored")
+  set(WEFT_NATIVE OFF)
+endif()
 # ggml's RPC backend: models split over ggml-rpc-server peers (ModelParams::rpc).
 option(WEFT_RPC    "Build llama.cpp with the RPC backend (GGML_RPC)" ON)
 
@@ -52,9 +61,18 @@ function(weft_llama_pinned_source out_dir)
 endfunction()
 
 function(weft_llama_build src out_prefix)
+  if(WEFT_CPU_VARIANTS)
+    # Shared libraries that find each other in their own directory ($ORIGIN),
+    # so the plugin folder can move as a whole; unversioned (libllama.so, not
+    # libllama.so.0), because Unity ships only files that end in .so.
+    set(link_args -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON
+                  "-DCMAKE_INSTALL_RPATH=$ORIGIN" -DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON)
+  else()
+    set(link_args -DBUILD_SHARED_LIBS=OFF)
+  endif()
   set(args
     -DCMAKE_BUILD_TYPE=Release
-    -DBUILD_SHARED_LIBS=OFF
+    ${link_args}
     -DCMAKE_POSITION_INDEPENDENT_CODE=ON
     -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
@@ -187,7 +205,7 @@ endif()
 
 # ggml-rpc-server from the same source and flags: the peer that
 # ModelParams::rpc talks to (the RPC tests start it; docs/DEPLOYING.md).
-if(WEFT_LLAMA_SRC AND "ggml-rpc" IN_LIST GGML_AVAILABLE_BACKENDS AND EXISTS "${WEFT_LLAMA_SRC}/tools/rpc/rpc-server.cpp")
+if(WEFT_LLAMA_SRC AND NOT WEFT_CPU_VARIANTS AND "ggml-rpc" IN_LIST GGML_AVAILABLE_BACKENDS AND EXISTS "${WEFT_LLAMA_SRC}/tools/rpc/rpc-server.cpp")
   add_executable(ggml-rpc-server "${WEFT_LLAMA_SRC}/tools/rpc/rpc-server.cpp")
   target_link_libraries(ggml-rpc-server PRIVATE ggml::ggml)
   target_compile_features(ggml-rpc-server PRIVATE cxx_std_17)

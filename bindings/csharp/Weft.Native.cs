@@ -22,6 +22,7 @@ namespace Weft
         [DllImport(Lib)] public static extern IntPtr weft_last_error();
         [DllImport(Lib)] public static extern IntPtr weft_version();
         [DllImport(Lib)] public static extern IntPtr weft_llama_version();
+        [DllImport(Lib)] public static extern Status weft_cpu_variant(out IntPtr variant, out int runtimeDispatch);
         [DllImport(Lib)] public static extern IntPtr weft_finish_reason_name(int reason);
         [DllImport(Lib)] public static extern Status weft_set_log_callback(IntPtr callback, int minLevel, IntPtr userData, IntPtr userDataFree);
 

@@ -87,6 +87,20 @@ namespace Weft
     {
         public static string Version { get { return Native.Utf8z(Native.weft_version()); } }
         public static string LlamaVersion { get { return Native.Utf8z(Native.weft_llama_version()); } }
+        // The CPU code running: "native", "fixed", or the variant a portable
+        // build chose for this CPU ("zen4", "haswell", ...; weft/backend.hpp).
+        // Loads the native backend on first use; throws WeftException as
+        // Model.Load would when a portable build's variants are missing.
+        public static string CpuVariant
+        {
+            get
+            {
+                IntPtr variant;
+                int dispatch;
+                Native.Check(Native.weft_cpu_variant(out variant, out dispatch));
+                return Native.Utf8z(variant);
+            }
+        }
 
         public static string StatusName(Status status) { return Native.Utf8z(Native.weft_status_name(status)); }
     }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "weft/adapter.hpp"
+#include "weft/backend.hpp"
 #include "weft/cache.hpp"
 #include "weft/conversation.hpp"
 #include "weft/error.hpp"

@@ -54,6 +54,25 @@ elseif(WIN32)
     -Wl,--no-undefined)
 endif()
 
+if(WEFT_CPU_VARIANTS)
+  # The portable plugin is a folder: libweft.so with llama.cpp's and ggml's
+  # shared libraries and every CPU variant beside it, found through $ORIGIN
+  # (include/weft/backend.hpp). Unity ships each .so of the folder.
+  file(GLOB _weft_llama_shared "${_weft_llama_prefix}/lib/*.so" "${_weft_llama_prefix}/bin/*.so")
+  set_target_properties(weft_shared PROPERTIES BUILD_WITH_INSTALL_RPATH ON INSTALL_RPATH "$ORIGIN")
+  add_custom_command(TARGET weft_shared POST_BUILD
+    COMMAND ${CMAKE_COMMAND} -E copy_if_different ${_weft_llama_shared} ${PROJECT_BINARY_DIR}/plugins
+    COMMENT "Copying llama.cpp, ggml and the CPU variants into plugins/"
+    VERBATIM)
+  install(FILES ${_weft_llama_shared} DESTINATION ${CMAKE_INSTALL_LIBDIR}/weft)
+  set(_weft_plugin_files $<TARGET_FILE:weft_shared> ${_weft_llama_shared})
+else()
+  set(_weft_plugin_files $<TARGET_FILE:weft_shared>)
+endif()
+# What a game copies: the plugin and whatever must sit beside it (read by
+# the C# tests and the Unity package).
+set_property(GLOBAL PROPERTY WEFT_PLUGIN_FILES ${_weft_plugin_files})
+
 # Installed beside, not over, the static C++ library: lib/weft/libweft.so
 # (Windows: bin/weft.dll, lib/weft/libweft.dll.a).
 install(TARGETS weft_shared

@@ -11,6 +11,8 @@
 #include <unordered_map>
 
 #include "capi/c_api_internal.hpp"
+#include "core/backend_loader.hpp"
+#include "core/internal.hpp"
 
 namespace weft::capi {
 
@@ -295,6 +297,18 @@ const char *weft_last_error(void) { return t_error.c_str(); }
 const char *weft_version(void) { return weft::version(); }
 
 const char *weft_llama_version(void) { return weft::llama_version(); }
+
+weft_status weft_cpu_variant(const char **out_variant, weft_bool *out_runtime_dispatch) {
+  return guarded(__func__, [&] {
+    need(out_variant, "out_variant");
+    *out_variant = nullptr;
+    weft::detail::ensure_backend();
+    // The loader's value lives as long as the process.
+    const weft::CpuBackend &b = weft::detail::loaded_cpu_backend();
+    *out_variant = b.variant.c_str();
+    if (out_runtime_dispatch != nullptr) *out_runtime_dispatch = b.runtime_dispatch ? 1 : 0;
+  });
+}
 
 // --- Logging -------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "core/backend_loader.hpp"
 #include "core/internal.hpp"
 #include "weft/log.hpp"
 
@@ -116,11 +117,13 @@ LogSink stderr_log_sink() {
 namespace detail {
 
 void ensure_backend() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llama_log_set(llama_router, nullptr);
-    llama_backend_init();
-  });
+  static std::once_flag logs, init;
+  std::call_once(logs, [] { llama_log_set(llama_router, nullptr); });
+  // Before llama.cpp's own initialisation: a portable build loads its CPU
+  // variant, a fixed one checks this CPU has the instructions it was built
+  // for; either throws instead of reaching code this CPU cannot run.
+  loaded_cpu_backend();
+  std::call_once(init, [] { llama_backend_init(); });
 }
 
 void log_warning(const std::string &line) { emit(LogLevel::warn, line); }

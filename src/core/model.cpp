@@ -1,5 +1,4 @@
 // weft::Model: loading, tokenizer, metadata and fingerprint.
-#include <ggml-cpu.h>
 #include <llama.h>
 
 #include <fmt/format.h>
@@ -14,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/backend_loader.hpp"
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "core/model_impl.hpp"
@@ -114,7 +114,7 @@ Model Model::load(const ModelParams &params) {
   mp.n_gpu_layers = params.n_gpu_layers;
   if (!params.use_mmap) mp.load_mode = LLAMA_LOAD_MODE_NONE;
   mp.vocab_only = params.vocab_only;
-  if (ggml_cpu_has_amx_int8() != 0) {
+  if (detail::cpu_backend_has("AMX_INT8")) {
     // The pinned llama.cpp's AMX matmul (an extra CPU buffer type) crashes on
     // quantised weights (q8_0, q4_0: seen on a Xeon with AMX; llama.cpp issue
     // 20824). Without extra buffer types the weights stay in plain CPU memory

@@ -5,7 +5,6 @@
 
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
-#include <ggml-cpu.h>
 
 #include <fmt/format.h>
 
@@ -201,9 +200,14 @@ NpcGraph::NpcGraph(const gguf_context *g, ggml_context *data, const NpcGraphSpec
   m.one = ggml_new_tensor_1d(m.ctx_static, GGML_TYPE_F32, 1);
   m.adamw_pars = ggml_new_tensor_1d(m.ctx_static, GGML_TYPE_F32, 7);
 
-  m.backend = ggml_backend_cpu_init();
+  // Through the registry: a portable build's CPU backend is a module loaded
+  // at run time (weft/backend.hpp), not linked.
+  m.backend = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
   if (m.backend == nullptr) fail(Errc::backend, "training graph: no CPU backend");
-  ggml_backend_cpu_set_n_threads(m.backend, std::max(1, spec.n_threads));
+  ggml_backend_reg_t cpu_reg = ggml_backend_dev_backend_reg(ggml_backend_get_device(m.backend));
+  auto set_threads = reinterpret_cast<ggml_backend_set_n_threads_t>(
+      ggml_backend_reg_get_proc_address(cpu_reg, "ggml_backend_set_n_threads"));
+  if (set_threads != nullptr) set_threads(m.backend, std::max(1, spec.n_threads));
   m.buf = ggml_backend_alloc_ctx_tensors(m.ctx_static, m.backend);
   if (m.buf == nullptr) fail(Errc::backend, "training graph: could not allocate the weights");
   ggml_backend_buffer_clear(m.buf, 0);  // AdamW's moments start at zero

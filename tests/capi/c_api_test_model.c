@@ -96,6 +96,9 @@ void test_model(void) {
 #ifdef _WIN32
 #define RPC_PEER_STATUS WEFT_ERR_INVALID_ARGUMENT
 #define RPC_PEER_MESSAGE "built without RPC (not supported on Windows)"
+#elif defined(WEFT_TEST_NO_RPC) /* a build configured with WEFT_RPC=OFF (tests/dist) */
+#define RPC_PEER_STATUS WEFT_ERR_INVALID_ARGUMENT
+#define RPC_PEER_MESSAGE "built without ggml's RPC backend"
 #else
 #define RPC_PEER_STATUS WEFT_ERR_IO
 #define RPC_PEER_MESSAGE "unreachable"

@@ -54,6 +54,20 @@ add_test(NAME make_capi_mmproj
 set_tests_properties(make_capi_mmproj PROPERTIES FIXTURES_SETUP capi_adapters FIXTURES_REQUIRED models TIMEOUT 120)
 
 add_test(NAME c_api COMMAND c_api_test ${WEFT_TEST_MODELS}/tiny.gguf)
+
+# The throughput program the platforms are compared with (bench/platforms.sh):
+# built here, smoke-run on tiny (its numbers mean nothing there).
+add_executable(capi_throughput ${PROJECT_SOURCE_DIR}/bench/capi_throughput.c)
+target_include_directories(capi_throughput PRIVATE ${PROJECT_SOURCE_DIR}/include)
+target_link_libraries(capi_throughput PRIVATE weft_shared)
+set_target_properties(capi_throughput PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
+target_compile_options(capi_throughput PRIVATE ${_weft_c_strict})
+if(WEFT_SANITIZE_FLAGS)
+  target_link_options(capi_throughput PRIVATE ${WEFT_SANITIZE_FLAGS})
+endif()
+add_test(NAME capi_throughput_smoke COMMAND capi_throughput ${WEFT_TEST_MODELS}/tiny.gguf 2 8 4 1 1)
+set_tests_properties(capi_throughput_smoke PROPERTIES FIXTURES_REQUIRED models TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "median pp_tok_s=[0-9.]+ tg_tok_s=[0-9.]+ variant=native")
 set_tests_properties(c_api PROPERTIES FIXTURES_REQUIRED "models;capi_adapters" TIMEOUT 300)
 
 # libweft.so exports exactly the functions weft.h and its weft/c/*.h

@@ -153,6 +153,9 @@ TEST(Info, ShowsTheAttentionKernelOfTheShape) {
   const auto none = weft("info -m " + kTiny + " --no-executor");
   ASSERT_EQ(none.status, 0) << none.output;
   EXPECT_EQ(none.output.find("attention "), std::string::npos) << none.output;
+  // The native build (tests/dist covers the portable one) says so.
+  EXPECT_NE(none.output.find("cpu code    native (built for the build machine's CPU"), std::string::npos)
+      << none.output;
 }
 
 TEST(BenchThroughput, SharedPromptCountsThePromptOnce) {

@@ -4,6 +4,7 @@
 # native libweft.so and run there, for the Windows run to compare with.
 #   -DCLI=<native weft> -DPLUGIN=<native libweft.so> -DCC=<host cc>
 #   -DINCLUDE=<include dir> -DSRC=<scenarios.c> -DMODELS=<dir> -DUDIR=<dir>
+#   [-DSUBDIRS=a|b]  the runs' folders under UDIR (default linux|windows)
 foreach(v CLI PLUGIN CC INCLUDE SRC MODELS UDIR)
   if(NOT ${v})
     message(FATAL_ERROR "host_reference.cmake: -D${v}= is required")
@@ -34,8 +35,14 @@ run("${CLI}" make-mmproj --base "${MODELS}/tiny.gguf" --seed 1 -q --out "${MODEL
 
 # A fresh non-ASCII directory: the model is loaded from it, state and spill
 # files are written in it, on both platforms.
+if(NOT SUBDIRS)
+  set(SUBDIRS "linux|windows")
+endif()
+string(REPLACE "|" ";" SUBDIRS "${SUBDIRS}")
 file(REMOVE_RECURSE "${UDIR}")
-file(MAKE_DIRECTORY "${UDIR}/linux" "${UDIR}/windows")
+foreach(d IN LISTS SUBDIRS)
+  file(MAKE_DIRECTORY "${UDIR}/${d}")
+endforeach()
 file(COPY_FILE "${MODELS}/tiny.gguf" "${UDIR}/tiny.gguf")
 
 get_filename_component(plugin_dir "${PLUGIN}" DIRECTORY)

@@ -7,7 +7,8 @@
    Usage: scenarios <tiny.gguf> <dir> <transcript.txt> [reference.txt]
    <dir> is a writable directory whose name may hold non-ASCII characters
    (the test gives one); the state and spill files go there. With a
-   reference (the other platform's transcript), greedy tokens must be
+   reference (the other platform's transcript, or the native build's for a
+   portable build's CPU variant: tests/dist), greedy tokens must be
    identical and sampled logits within CROSS_BUILD_TOLERANCE. Exit 0 = all
    invariants held (and the transcripts agree). */
 #include <math.h>
@@ -165,6 +166,7 @@ static int compare(const char *mine_path, const char *ref_path) {
   static char a[1 << 16], b[1 << 16];
   FILE *fa = fopen(mine_path, "r"), *fb = fopen(ref_path, "r");
   int bad = 0, lines = 0;
+  double worst = 0; /* the largest logits nmse seen, reported */
   if (!fa || !fb) {
     fprintf(stderr, "cannot open %s or %s\n", mine_path, ref_path);
     return 1;
@@ -192,6 +194,7 @@ static int compare(const char *mine_path, const char *ref_path) {
         pa = ea;
         pb = eb;
       }
+      if (den > 0 && num / den > worst) worst = num / den;
       if (den <= 0 || num / den > CROSS_BUILD_TOLERANCE) {
         bad = fprintf(stderr, "logits differ (nmse %g):\n  %.120s\n  %.120s\n", den > 0 ? num / den : num, a, b);
       }
@@ -202,7 +205,8 @@ static int compare(const char *mine_path, const char *ref_path) {
   fclose(fa);
   fclose(fb);
   if (lines == 0) bad = fprintf(stderr, "empty transcript\n");
-  fprintf(stderr, "scenarios: %d transcript lines compared with %s: %s\n", lines, ref_path, bad ? "DIFFERENT" : "same");
+  fprintf(stderr, "scenarios: %d transcript lines compared with %s: %s (largest logits nmse %.3g, tolerance %g)\n",
+          lines, ref_path, bad ? "DIFFERENT" : "same", worst, CROSS_BUILD_TOLERANCE);
   return bad != 0;
 }
 
@@ -226,6 +230,15 @@ int main(int argc, char **argv) {
   }
   g_out = fopen(argv[3], "w");
   if (!g_out) return 2;
+  {
+    /* The CPU code under test; WEFT_EXPECT_CPU_VARIANT (tests/dist) names
+       the variant a portable build must have loaded. */
+    const char *variant = NULL, *expect = getenv("WEFT_EXPECT_CPU_VARIANT");
+    weft_bool dispatch = 0;
+    CHECK_OK(weft_cpu_variant(&variant, &dispatch));
+    fprintf(stderr, "scenarios: cpu variant %s (runtime dispatch %d)\n", variant ? variant : "?", (int)dispatch);
+    if (expect && *expect) CHECK(variant && strcmp(variant, expect) == 0 && dispatch);
+  }
   CHECK_OK(weft_model_params_init(&mp, sizeof mp));
   mp.path = argv[1];
   CHECK_OK(weft_model_load(&mp, &m));

@@ -14,6 +14,22 @@
 #include "weft/train.hpp"
 
 namespace weft_cli {
+namespace {
+
+// "zen4 (portable: best of 14 variants for this CPU, from <dir>)".
+std::string describe_cpu(const weft::CpuBackend &b) {
+  if (!b.runtime_dispatch) {
+    return b.variant == "native" ? "native (built for the build machine's CPU: -march=native)"
+                                 : fmt::format("{} (one ISA chosen at build time)", b.variant);
+  }
+  std::vector<std::string> names;
+  for (const auto &v : b.available) names.push_back(v.supported ? v.name : v.name + "*");
+  return fmt::format("{} (portable, {}; variants, best first, * = not on this CPU: {}; from {})", b.variant,
+                     b.forced ? "forced by WEFT_CPU_VARIANT" : "the best this CPU runs", fmt::join(names, " "),
+                     b.directory);
+}
+
+}  // namespace
 
 void add_info(CLI::App &app) {
   struct Opts {
@@ -55,6 +71,7 @@ void add_info(CLI::App &app) {
     fmt::print("vocabulary  {} tokens, bos {}, eos {}\n", model.n_vocab(), model.bos(), model.eos());
     fmt::print("fingerprint {:016x}\n", model.fingerprint());
     fmt::print("loaded in   {:.0f} ms\n", ms);
+    fmt::print("cpu code    {}\n", describe_cpu(weft::cpu_backend()));
     const auto tokens = model.tokenize(o->text, {.add_bos = true});
     fmt::print("tokenize    \"{}\" -> {}\n", o->text, tokens);
     fmt::print("detokenize  -> \"{}\"\n", model.detokenize(tokens, {.remove_special = true}));

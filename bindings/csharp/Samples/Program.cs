@@ -15,7 +15,11 @@ namespace Weft.Samples
                 Console.Error.WriteLine("usage: mono WeftSamples.exe <model.gguf> [sample-name]");
                 return 2;
             }
-            Console.WriteLine("weft " + Library.Version + " on llama.cpp " + Library.LlamaVersion);
+            Console.WriteLine("weft " + Library.Version + " on llama.cpp " + Library.LlamaVersion + ", CPU code " +
+                              Library.CpuVariant);
+            // The test presets name the CPU code each build must run (tests/dist).
+            var expectVariant = Environment.GetEnvironmentVariable("WEFT_EXPECT_CPU_VARIANT");
+            if (!string.IsNullOrEmpty(expectVariant)) Check.Equal(expectVariant, Library.CpuVariant, "CPU code");
             var samples = new Tuple<string, Action<string>>[]
             {
                 Tuple.Create<string, Action<string>>("basics", BasicsSample.Run),

@@ -44,6 +44,17 @@ WEFT_C_API weft_status weft_model_params_init(weft_model_params *params, size_t 
 WEFT_C_API weft_status weft_model_load(const weft_model_params *params, weft_model **out);
 WEFT_C_API weft_status weft_model_free(weft_model *model);
 
+// The CPU code this library runs (weft/backend.hpp): "native" (built for the
+// build machine), "fixed" (an ISA chosen at build time), or the variant a
+// portable build loaded, best for this CPU or named by $WEFT_CPU_VARIANT
+// ("zen4", "haswell", "x64", ...). Loads the backend if no model was loaded
+// yet. *out_variant: static storage, valid until the process exits.
+// *out_runtime_dispatch (may be NULL): 1 for a portable build's choice.
+// Errors: WEFT_ERR_NOT_FOUND (no variant beside the library, or not the one
+// named), WEFT_ERR_INCOMPATIBLE (the named variant needs instructions this
+// CPU lacks) — the same that weft_model_load then returns.
+WEFT_C_API weft_status weft_cpu_variant(const char **out_variant, weft_bool *out_runtime_dispatch);
+
 typedef struct weft_model_info {
   size_t struct_size;
   uint64_t n_params;
