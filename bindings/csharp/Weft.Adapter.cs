@@ -15,7 +15,7 @@ namespace Weft
     {
         internal readonly AdapterHandle Handle;
 
-        internal Adapter(AdapterHandle handle) { Handle = handle; }
+        internal Adapter(AdapterHandle handle) { Handle = handle; Live.Add(Live.Adapters, this); }
 
         public AdapterKind Kind
         {

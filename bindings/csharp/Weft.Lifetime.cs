@@ -4,8 +4,9 @@
 // A host may unload this code while native weft lives on: Unity reloads the
 // C# domain but never unloads libweft. So nothing native may keep a managed
 // callback past that, and Shutdown is one call that makes sure: it disposes
-// every live Executor (stopping its worker and freeing its callbacks) and
-// Model, cancels loads in flight and clears the log callback. The Unity
+// every live Executor (stopping its worker and freeing its callbacks),
+// Projector, Adapter and Model, cancels loads in flight and clears the log
+// callback. The Unity
 // glue (Runtime/WeftUnity.cs in the package) calls it before a domain
 // reload, on leaving Play Mode and on quit; AppDomain.DomainUnload calls it
 // everywhere else.
@@ -50,7 +51,7 @@ namespace Weft
         }
 
         // Disposes every live Executor (its worker stopped and joined, its
-        // callbacks released) and Model of this domain, cancels and joins
+        // callbacks released), Projector, Adapter and Model of this domain, cancels and joins
         // Model.LoadAsync threads, and clears the log callback. Safe to call
         // twice and from any thread but a weft callback; the objects
         // disposed here throw ObjectDisposedException afterwards, and new
@@ -64,6 +65,8 @@ namespace Weft
         // Live counts, for checks after Shutdown (all zero then).
         public static int LiveExecutors { get { return Live.Count(Live.Executors); } }
         public static int LiveModels { get { return Live.Count(Live.Models); } }
+        public static int LiveProjectors { get { return Live.Count(Live.Projectors); } }
+        public static int LiveAdapters { get { return Live.Count(Live.Adapters); } }
         public static int PendingLoads { get { lock (Live.Gate) return Live.Loads.Count; } }
     }
 
@@ -73,6 +76,8 @@ namespace Weft
         internal static readonly object Gate = new object();
         internal static readonly List<WeakReference> Executors = new List<WeakReference>();
         internal static readonly List<WeakReference> Models = new List<WeakReference>();
+        internal static readonly List<WeakReference> Projectors = new List<WeakReference>();
+        internal static readonly List<WeakReference> Adapters = new List<WeakReference>();
         internal static readonly List<PendingLoad> Loads = new List<PendingLoad>();
 
         static Live()
@@ -105,10 +110,20 @@ namespace Weft
 
         private static bool IsClosed(object o)
         {
+            var h = HandleOf(o);
+            return h == null || h.IsClosed;
+        }
+
+        private static SafeHandle HandleOf(object o)
+        {
             var e = o as Executor;
-            if (e != null) return e.Handle.IsClosed;
+            if (e != null) return e.Handle;
+            var p = o as Projector;
+            if (p != null) return p.Handle;
+            var a = o as Adapter;
+            if (a != null) return a.Handle;
             var m = o as Model;
-            return m == null || m.Handle.IsClosed;
+            return m == null ? null : m.Handle;
         }
 
         internal static void ShutdownAll()
@@ -118,7 +133,10 @@ namespace Weft
             foreach (var l in loads) l.Abort();  // their models are disposed as they finish
             foreach (var l in loads) l.Join();
             // Executors first: each joins its worker and frees its callbacks.
+            // Then what was loaded for a model, then the models.
             foreach (var d in Take(Executors)) d.Dispose();
+            foreach (var d in Take(Projectors)) d.Dispose();
+            foreach (var d in Take(Adapters)) d.Dispose();
             foreach (var d in Take(Models)) d.Dispose();
         }
 

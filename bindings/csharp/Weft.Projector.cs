@@ -23,7 +23,7 @@ namespace Weft
     {
         internal readonly ProjectorHandle Handle;
 
-        private Projector(ProjectorHandle handle) { Handle = handle; }
+        private Projector(ProjectorHandle handle) { Handle = handle; Live.Add(Live.Projectors, this); }
 
         // Status.NotFound (no such file), InvalidArgument (Threads < 1, weft
         // built without mtmd), Incompatible (not a projector, or made for

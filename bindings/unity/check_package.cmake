@@ -35,6 +35,7 @@ function(check_tree root label)
   # What must be there.
   foreach(_f IN ITEMS package.json README.md CHANGELOG.md Runtime/Weft.Runtime.asmdef Runtime/link.xml
                       Runtime/Weft.cs Runtime/Weft.Native.cs Runtime/WeftUnity.cs Runtime/Plugins/Linux/x86_64/libweft.so
+                      Editor/Weft.Editor.asmdef Editor/WeftBuildCheck.cs
                       Samples~/NpcDialogue/NpcDialogue.cs Documentation~/weft.md)
     if(NOT EXISTS ${root}/${_f})
       list(APPEND _errs "${label}: ${_f} missing")
@@ -45,6 +46,13 @@ function(check_tree root label)
   file(READ ${root}/Runtime/link.xml _link)
   if(_e OR NOT _link MATCHES "assembly fullname=\"${_asm}\" preserve=\"all\"")
     list(APPEND _errs "${label}: link.xml does not preserve the asmdef's assembly '${_asm}'")
+  endif()
+  # The Editor assembly: the editor only, on top of the runtime's.
+  file(READ ${root}/Editor/Weft.Editor.asmdef _ed)
+  string(JSON _ed_platform ERROR_VARIABLE _e1 GET "${_ed}" includePlatforms 0)
+  string(JSON _ed_ref ERROR_VARIABLE _e2 GET "${_ed}" references 0)
+  if(_e1 OR _e2 OR NOT _ed_platform STREQUAL "Editor" OR NOT _ed_ref STREQUAL "${_asm}")
+    list(APPEND _errs "${label}: Editor/Weft.Editor.asmdef is not editor-only over '${_asm}'")
   endif()
   # Every asset has a .meta, every .meta an asset, every GUID is unique.
   file(GLOB_RECURSE _all LIST_DIRECTORIES true RELATIVE ${root} ${root}/*)

@@ -1,4 +1,4 @@
-# cmake -DCS_DIR= -DUNITY_DIR= -DOUT= -DVERSION= -DTGZ= -DLINUX_LIB= [-DWINDOWS_DLL=] -P make_package.cmake
+# cmake -DCS_DIR= -DUNITY_DIR= -DOUT= -DVERSION= -DTGZ= -DLINUX_LIBS=a.so|b.so [-DWINDOWS_DLL=] -P make_package.cmake
 #
 # Builds the UPM package in ${OUT}/package and packs it as ${TGZ}, the
 # npm-pack layout (everything under "package/") that Unity's Package
@@ -7,7 +7,10 @@
 #   Runtime/Weft.Runtime.asmdef, link.xml  (from bindings/unity/Runtime)
 #   Runtime/Weft*.cs                       (copied from bindings/csharp: one source)
 #   Runtime/WeftUnity.cs                   (Unity-only glue)
-#   Runtime/Plugins/Linux/x86_64/libweft.so, Runtime/Plugins/Windows/x86_64/weft.dll
+#   Editor/Weft.Editor.asmdef, Editor/WeftBuildCheck.cs (player-build check)
+#   Runtime/Plugins/Linux/x86_64/libweft.so (portable build: with libllama.so,
+#     libggml*.so and libggml-cpu-<variant>.so beside it),
+#   Runtime/Plugins/Windows/x86_64/weft.dll
 #   Samples~/NpcDialogue/NpcDialogue.cs, Documentation~/weft.md
 # and a .meta beside every asset outside the "~" folders and inside them
 # (a sample imported into Assets/ keeps its GUIDs).
@@ -16,7 +19,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/metas.cmake)
 
 set(_pkg ${OUT}/package)
 file(REMOVE_RECURSE ${_pkg})
-file(MAKE_DIRECTORY ${_pkg}/Runtime ${_pkg}/Samples~/NpcDialogue ${_pkg}/Documentation~)
+file(MAKE_DIRECTORY ${_pkg}/Runtime ${_pkg}/Editor ${_pkg}/Samples~/NpcDialogue ${_pkg}/Documentation~)
 
 set(WEFT_VERSION ${VERSION})
 configure_file(${UNITY_DIR}/package.json.in ${_pkg}/package.json @ONLY)
@@ -28,13 +31,19 @@ file(WRITE ${_pkg}/CHANGELOG.md "# Changelog\n\n## ${VERSION}\n\n- First package
 file(GLOB _cs ${CS_DIR}/Weft*.cs)
 file(GLOB _glue ${UNITY_DIR}/Runtime/*)
 file(COPY ${_cs} ${_glue} DESTINATION ${_pkg}/Runtime)
+file(GLOB _editor ${UNITY_DIR}/Editor/*)
+file(COPY ${_editor} DESTINATION ${_pkg}/Editor)
 file(GLOB _sample "${UNITY_DIR}/Samples~/NpcDialogue/*")
 file(COPY ${_sample} DESTINATION ${_pkg}/Samples~/NpcDialogue)
 
-if(LINUX_LIB AND EXISTS ${LINUX_LIB})
-  file(MAKE_DIRECTORY ${_pkg}/Runtime/Plugins/Linux/x86_64)
-  file(COPY_FILE ${LINUX_LIB} ${_pkg}/Runtime/Plugins/Linux/x86_64/libweft.so)
-endif()
+string(REPLACE "|" ";" LINUX_LIBS "${LINUX_LIBS}")
+foreach(_lib IN LISTS LINUX_LIBS)
+  if(EXISTS ${_lib})
+    get_filename_component(_name ${_lib} NAME)
+    file(MAKE_DIRECTORY ${_pkg}/Runtime/Plugins/Linux/x86_64)
+    file(COPY_FILE ${_lib} ${_pkg}/Runtime/Plugins/Linux/x86_64/${_name})
+  endif()
+endforeach()
 if(WINDOWS_DLL AND EXISTS ${WINDOWS_DLL})
   file(MAKE_DIRECTORY ${_pkg}/Runtime/Plugins/Windows/x86_64)
   file(COPY_FILE ${WINDOWS_DLL} ${_pkg}/Runtime/Plugins/Windows/x86_64/weft.dll)

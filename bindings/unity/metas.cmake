@@ -57,7 +57,7 @@ function(weft_write_meta abs rel)
                      "  executionOrder: 0\n  icon: {instanceID: 0}\n${_weft_meta_tail}")
   elseif(_name MATCHES "\\.asmdef$")
     string(APPEND _m "AssemblyDefinitionImporter:\n  externalObjects: {}\n${_weft_meta_tail}")
-  elseif(_name STREQUAL "libweft.so")
+  elseif(_name MATCHES "\\.so$")  # libweft.so and, portable, the libraries beside it
     _weft_plugin_body(linux64 _body)
     string(APPEND _m "${_body}${_weft_meta_tail}")
   elseif(_name STREQUAL "weft.dll")

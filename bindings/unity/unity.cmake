@@ -16,28 +16,34 @@ set(WEFT_UNITY_WINDOWS_DLL "" CACHE FILEPATH "weft.dll to put in the Unity packa
 file(GLOB _weft_unity_inputs CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/Weft*.cs
   ${_weft_unity_dir}/Runtime/*
+  ${_weft_unity_dir}/Editor/*
   ${_weft_unity_dir}/Samples~/NpcDialogue/*
   ${_weft_unity_dir}/package.json.in ${_weft_unity_dir}/README.md
   ${_weft_unity_dir}/make_package.cmake ${_weft_unity_dir}/metas.cmake)
 
 # The library this build makes goes in as Linux x86-64's (only Linux builds
 # include this file: a Windows cross build's tests stop before it).
+# The portable build (`dist` preset) adds llama.cpp, ggml and the CPU
+# variants beside it. Lists travel '|'-separated through the command line.
 set(_weft_unity_linux_lib "")
 if(CMAKE_SYSTEM_NAME STREQUAL "Linux" AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
-  set(_weft_unity_linux_lib $<TARGET_FILE:weft_shared>)
+  get_property(_weft_unity_linux_lib GLOBAL PROPERTY WEFT_PLUGIN_FILES)
+  string(REPLACE ";" "|" _weft_unity_linux_lib "${_weft_unity_linux_lib}")
 endif()
 
-if(WEFT_NATIVE)
-  set(_weft_unity_note "note: WEFT_NATIVE=ON tunes libweft.so for this CPU; configure with -DWEFT_NATIVE=OFF for a package you ship")
+if(WEFT_CPU_VARIANTS)
+  set(_weft_unity_note "libweft.so portable: every ggml CPU variant beside it, the best loaded at run time")
+elseif(WEFT_NATIVE)
+  set(_weft_unity_note "note: WEFT_NATIVE=ON tunes libweft.so for this CPU: ship the dist preset's package (cmake --workflow --preset dist)")
 else()
-  set(_weft_unity_note "libweft.so built without -march=native")
+  set(_weft_unity_note "libweft.so built without -march=native, one ISA level")
 endif()
 
 add_custom_command(OUTPUT ${_weft_unity_tgz} ${_weft_unity_out}/stamp
   COMMAND ${CMAKE_COMMAND}
           -DCS_DIR=${CMAKE_CURRENT_SOURCE_DIR} -DUNITY_DIR=${_weft_unity_dir} -DOUT=${_weft_unity_out}
           -DVERSION=${PROJECT_VERSION} -DTGZ=${_weft_unity_tgz}
-          -DLINUX_LIB=${_weft_unity_linux_lib} -DWINDOWS_DLL=${WEFT_UNITY_WINDOWS_DLL}
+          "-DLINUX_LIBS=${_weft_unity_linux_lib}" -DWINDOWS_DLL=${WEFT_UNITY_WINDOWS_DLL}
           -P ${_weft_unity_dir}/make_package.cmake
   COMMAND ${CMAKE_COMMAND} -E echo "${_weft_unity_note}"
   COMMAND ${CMAKE_COMMAND} -E touch ${_weft_unity_out}/stamp
@@ -52,12 +58,13 @@ add_test(NAME unity_package_layout
           -DWORK=${_weft_unity_out}/check -P ${_weft_unity_dir}/check_package.cmake)
 set_tests_properties(unity_package_layout PROPERTIES TIMEOUT 60)
 
-set(_weft_unity_tests log_swap unity_reload app_domain load_async android_path pump sample omp_passive)
+set(_weft_unity_tests log_swap unity_reload app_domain load_async android_path pump sample omp_passive editor_build_check)
 if(_weft_cs_skip)
   foreach(_t IN LISTS _weft_unity_tests)
     add_test(NAME unity_${_t} COMMAND ${CMAKE_COMMAND} -E echo "unity tests skipped: ${_weft_cs_skip}")
     set_tests_properties(unity_${_t} PROPERTIES SKIP_REGULAR_EXPRESSION "unity tests skipped")
   endforeach()
+  add_custom_target(unity_tests)  # named by the dist build preset
   return()
 endif()
 
@@ -79,5 +86,5 @@ foreach(_t IN LISTS _weft_unity_tests)
     COMMAND ${WEFT_MONO} --debug ${_weft_unity_exe} ${WEFT_TEST_MODELS}/tiny.gguf ${_t}
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   # The sample and the reload tests time frames and count threads: alone.
-  set_tests_properties(unity_${_t} PROPERTIES FIXTURES_REQUIRED models TIMEOUT 300 RUN_SERIAL ON)
+  set_tests_properties(unity_${_t} PROPERTIES FIXTURES_REQUIRED "models;capi_adapters" TIMEOUT 300 RUN_SERIAL ON)
 endforeach()

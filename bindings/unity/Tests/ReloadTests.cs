@@ -103,6 +103,8 @@ namespace Weft.UnityTests
         private static Model heldModel;
         private static Executor heldExecutor;
         private static Conversation heldNpc;
+        private static Adapter heldAdapter;
+        private static Projector heldProjector;
 
         private static int WeftThreads()
         {
@@ -121,6 +123,11 @@ namespace Weft.UnityTests
         {
             Library.SetLogCallback(sink.On, LogLevel.Debug);
             heldModel = Model.Load(model);
+            // A LoRA and a projector held in statics too (tests/capi's fixtures
+            // make them beside the model): Shutdown must dispose them.
+            var dir = System.IO.Path.GetDirectoryName(model);
+            heldAdapter = heldModel.LoadAdapter(System.IO.Path.Combine(dir, "tiny-lora.gguf"));
+            heldProjector = Projector.Load(heldModel, System.IO.Path.Combine(dir, "tiny-mmproj.gguf"));
             heldExecutor = new Executor(heldModel, new ExecutorParams { Events = true, Threads = GameDefaults.Threads() });
             heldNpc = heldExecutor.CreateConversation();
             heldNpc.Prompt("The blacksmith says", addBos: true);
@@ -157,6 +164,10 @@ namespace Weft.UnityTests
                 Check.Equal(shutdowns + 1, WeftUnity.Shutdowns, "the reload hook ran Shutdown");
                 Check.Equal(0, Library.LiveExecutors, "live executors after the reload hook");
                 Check.Equal(0, Library.LiveModels, "live models after the reload hook");
+                Check.Equal(0, Library.LiveAdapters, "live adapters after the reload hook");
+                Check.Equal(0, Library.LiveProjectors, "live projectors after the reload hook");
+                Check.Throws<ObjectDisposedException>(() => { var n = heldAdapter.Name; }, "a disposed adapter");
+                Check.Throws<ObjectDisposedException>(() => { var r = heldProjector.MRope; }, "a disposed projector");
                 Check.Throws<ObjectDisposedException>(() => heldExecutor.Step(), "a disposed executor");
                 Thread.Sleep(100);
                 int after = WeftThreads();
@@ -169,7 +180,7 @@ namespace Weft.UnityTests
                 Check.True(fresh.Calls > 0, "the new sink got the load's lines");
                 Check.Equal(0, sink.Stale, "lines to the old domain's sink after the hook");
                 Library.SetLogCallback(null);
-                heldModel = null; heldExecutor = null; heldNpc = null;
+                heldModel = null; heldExecutor = null; heldNpc = null; heldAdapter = null; heldProjector = null;
             }
             // Leaving Play Mode shuts down too, and so does quitting.
             StartHeldWork(model, new CountingSink());

@@ -176,3 +176,36 @@ namespace UnityEditor
         internal static void Raise(PlayModeStateChange c) { var p = playModeStateChanged; if (p != null) p(c); }
     }
 }
+
+namespace UnityEngine
+{
+    public static class Debug
+    {
+        internal static readonly System.Collections.Generic.List<string> Warnings = new System.Collections.Generic.List<string>();
+        public static void LogWarning(object message) { Warnings.Add(message == null ? "" : message.ToString()); }
+    }
+}
+
+namespace UnityEditor
+{
+    public enum BuildTarget { StandaloneOSX = 2, StandaloneWindows64 = 19, iOS = 9, Android = 13, StandaloneLinux64 = 24 }
+}
+
+namespace UnityEditor.Build
+{
+    public interface IOrderedCallback { int callbackOrder { get; } }
+    public interface IPreprocessBuildWithReport : IOrderedCallback
+    {
+        void OnPreprocessBuild(UnityEditor.Build.Reporting.BuildReport report);
+    }
+    public class BuildFailedException : Exception
+    {
+        public BuildFailedException(string message) : base(message) { }
+    }
+}
+
+namespace UnityEditor.Build.Reporting
+{
+    public struct BuildSummary { public UnityEditor.BuildTarget platform; }
+    public sealed class BuildReport { public BuildSummary summary; }
+}

@@ -19,7 +19,7 @@ namespace Weft.UnityTests
         {
             if (args.Length < 2)
             {
-                Console.Error.WriteLine("usage: mono WeftUnityTests.exe <model.gguf> <log_swap|unity_reload|app_domain|load_async|android_path|pump|sample|omp_passive>");
+                Console.Error.WriteLine("usage: mono WeftUnityTests.exe <model.gguf> <log_swap|unity_reload|app_domain|load_async|android_path|pump|sample|omp_passive|editor_build_check>");
                 return 2;
             }
             var tests = new Tuple<string, Action<string>>[]
@@ -32,6 +32,7 @@ namespace Weft.UnityTests
                 Tuple.Create<string, Action<string>>("pump", PumpTests.SteadyState),
                 Tuple.Create<string, Action<string>>("sample", SampleTest),
                 Tuple.Create<string, Action<string>>("omp_passive", OmpTests.Passive),
+                Tuple.Create<string, Action<string>>("editor_build_check", EditorTests.BuildCheck),
                 Tuple.Create<string, Action<string>>("omp_probe", OmpTests.Probe),  // omp_passive's child
             };
             int ran = 0;
