@@ -65,8 +65,13 @@ function(weft_llama_build src out_prefix)
     # Shared libraries that find each other in their own directory ($ORIGIN),
     # so the plugin folder can move as a whole; unversioned (libllama.so, not
     # libllama.so.0), because Unity ships only files that end in .so.
+    # -Bsymbolic-functions: a library's calls to its own functions bind at
+    # link time, not through the PLT, as in the static build (ggml's graph
+    # building makes thousands such calls a step).
     set(link_args -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON
-                  "-DCMAKE_INSTALL_RPATH=$ORIGIN" -DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON)
+                  "-DCMAKE_INSTALL_RPATH=$ORIGIN" -DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON
+                  -DCMAKE_SHARED_LINKER_FLAGS=-Wl,-Bsymbolic-functions
+                  -DCMAKE_MODULE_LINKER_FLAGS=-Wl,-Bsymbolic-functions)
   else()
     set(link_args -DBUILD_SHARED_LIBS=OFF)
   endif()

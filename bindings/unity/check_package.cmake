@@ -1,4 +1,5 @@
-# cmake -DPKG=<package folder> -DTGZ=<tarball> -DCS_DIR=<bindings/csharp> -DWORK=<scratch> -P check_package.cmake
+# cmake -DPKG=<package folder> -DTGZ=<tarball> -DCS_DIR=<bindings/csharp> -DWORK=<scratch>
+#       [-DEXPECT_WINDOWS=<weft.dll the package was made with>] -P check_package.cmake
 # The CTest `unity_package_layout`: what Unity's Package Manager and asset
 # importer need from the package, checked on the folder and on the .tgz
 # unpacked. Any failure ends the run with FATAL_ERROR naming it.
@@ -81,11 +82,24 @@ function(check_tree root label)
       list(APPEND _errs "${label}: ${_rel} has no .meta")
     endif()
   endforeach()
-  # The native plugin is imported for Linux x86-64 (editor and player) only.
-  file(READ ${root}/Runtime/Plugins/Linux/x86_64/libweft.so.meta _pm)
-  if(NOT _pm MATCHES "PluginImporter" OR NOT _pm MATCHES "Standalone: Linux64\n    second:\n      enabled: 1"
-     OR NOT _pm MATCHES "OS: Linux")
-    list(APPEND _errs "${label}: libweft.so.meta does not enable Linux64 and the Linux editor")
+  # Each Linux library (the portable build has several) is imported for
+  # Linux x86-64, editor and player, only; weft.dll, when there, for Windows.
+  file(GLOB _linux_libs RELATIVE ${root}/Runtime/Plugins/Linux/x86_64 ${root}/Runtime/Plugins/Linux/x86_64/*.so)
+  foreach(_lib IN LISTS _linux_libs)
+    file(READ ${root}/Runtime/Plugins/Linux/x86_64/${_lib}.meta _pm)
+    if(NOT _pm MATCHES "PluginImporter" OR NOT _pm MATCHES "Standalone: Linux64\n    second:\n      enabled: 1"
+       OR NOT _pm MATCHES "OS: Linux" OR _pm MATCHES "Standalone: Win64\n    second:\n      enabled: 1")
+      list(APPEND _errs "${label}: ${_lib}.meta does not enable exactly Linux64 and the Linux editor")
+    endif()
+  endforeach()
+  set(_dll ${root}/Runtime/Plugins/Windows/x86_64/weft.dll)
+  if(EXISTS ${_dll})
+    file(READ ${_dll}.meta _pm)
+    if(NOT _pm MATCHES "Standalone: Win64\n    second:\n      enabled: 1" OR NOT _pm MATCHES "OS: Windows")
+      list(APPEND _errs "${label}: weft.dll.meta does not enable Win64 and the Windows editor")
+    endif()
+  elseif(EXPECT_WINDOWS)
+    list(APPEND _errs "${label}: Runtime/Plugins/Windows/x86_64/weft.dll missing (WINDOWS_DLL=${EXPECT_WINDOWS})")
   endif()
   # The sources exist once: Runtime's binding files are bindings/csharp's.
   file(GLOB _cs RELATIVE ${CS_DIR} ${CS_DIR}/Weft*.cs)

@@ -9,9 +9,15 @@
 set(_weft_unity_dir ${CMAKE_CURRENT_LIST_DIR})
 set(_weft_unity_out ${PROJECT_BINARY_DIR}/unity-package)
 set(_weft_unity_tgz ${_weft_unity_out}/com.weft.llm-${PROJECT_VERSION}.tgz)
-# Another platform's native library to ship beside Linux's (e.g. the windows
-# preset's plugins/weft.dll); empty: Linux x86-64 only.
-set(WEFT_UNITY_WINDOWS_DLL "" CACHE FILEPATH "weft.dll to put in the Unity package (Windows x64)")
+# Windows x64's library to ship beside Linux's: by default the windows
+# preset's, when it was built before this package is made (the README's
+# test command builds `windows` before `dist`); "" for Linux only.
+set(WEFT_UNITY_WINDOWS_DLL "${PROJECT_SOURCE_DIR}/build/windows/plugins/weft.dll" CACHE FILEPATH
+    "weft.dll to put in the Unity package (Windows x64); packed when the file exists")
+set(_weft_unity_expect_dll "")
+if(WEFT_UNITY_WINDOWS_DLL AND EXISTS "${WEFT_UNITY_WINDOWS_DLL}")
+  set(_weft_unity_expect_dll "${WEFT_UNITY_WINDOWS_DLL}")  # there at configure time: packed, and checked
+endif()
 
 file(GLOB _weft_unity_inputs CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/Weft*.cs
@@ -47,7 +53,7 @@ add_custom_command(OUTPUT ${_weft_unity_tgz} ${_weft_unity_out}/stamp
           -P ${_weft_unity_dir}/make_package.cmake
   COMMAND ${CMAKE_COMMAND} -E echo "${_weft_unity_note}"
   COMMAND ${CMAKE_COMMAND} -E touch ${_weft_unity_out}/stamp
-  DEPENDS ${_weft_unity_inputs} weft_shared
+  DEPENDS ${_weft_unity_inputs} weft_shared ${_weft_unity_expect_dll}
   COMMENT "Generating the Unity package and ${_weft_unity_tgz}"
   VERBATIM)
 add_custom_target(unity-package ALL DEPENDS ${_weft_unity_tgz})
@@ -55,8 +61,16 @@ add_custom_target(unity-package ALL DEPENDS ${_weft_unity_tgz})
 # The layout Unity expects, checked on the folder and the unpacked .tgz.
 add_test(NAME unity_package_layout
   COMMAND ${CMAKE_COMMAND} -DPKG=${_weft_unity_out}/package -DTGZ=${_weft_unity_tgz} -DCS_DIR=${CMAKE_CURRENT_SOURCE_DIR}
+          "-DEXPECT_WINDOWS=${_weft_unity_expect_dll}"
           -DWORK=${_weft_unity_out}/check -P ${_weft_unity_dir}/check_package.cmake)
 set_tests_properties(unity_package_layout PROPERTIES TIMEOUT 60)
+
+# Installing by git URL: the package committed as a branch's root.
+add_test(NAME unity_publish_branch
+  COMMAND ${CMAKE_COMMAND} -DSCRIPT=${_weft_unity_dir}/publish_branch.sh -DPKG=${_weft_unity_out}/package
+          -DWORK=${_weft_unity_out}/publish-check -P ${_weft_unity_dir}/check_publish.cmake)
+set_tests_properties(unity_publish_branch PROPERTIES TIMEOUT 120 ENVIRONMENT
+  "GIT_AUTHOR_NAME=weft tests;GIT_AUTHOR_EMAIL=tests@weft.invalid;GIT_COMMITTER_NAME=weft tests;GIT_COMMITTER_EMAIL=tests@weft.invalid")
 
 set(_weft_unity_tests log_swap unity_reload app_domain load_async android_path pump sample omp_passive editor_build_check)
 if(_weft_cs_skip)
