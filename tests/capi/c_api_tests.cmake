@@ -21,11 +21,8 @@ int weft_header_${_name}_is_c99(void) { return (int)sizeof(weft_bool) + (int)siz
   list(APPEND _weft_c_header_units ${_unit})
 endforeach()
 
-add_executable(c_api_test
-  capi/c_api_test.c capi/c_api_test_model.c capi/c_api_test_executor.c capi/c_api_test_conversation.c
-  capi/c_api_test_generation.c capi/c_api_test_state.c capi/c_api_test_save_async.c capi/c_api_test_threads.c
-  capi/c_api_test_adapter.c capi/c_api_test_projector.c
-  capi/c_api_header_c99.c ${_weft_c_header_units})
+include(${CMAKE_CURRENT_LIST_DIR}/c_api_sources.cmake)
+add_executable(c_api_test ${WEFT_CAPI_TEST_SOURCES} ${_weft_c_header_units})
 # Only weft.h: the C program sees none of the C++ headers.
 target_include_directories(c_api_test PRIVATE ${PROJECT_SOURCE_DIR}/include)
 target_link_libraries(c_api_test PRIVATE weft_shared Threads::Threads m)

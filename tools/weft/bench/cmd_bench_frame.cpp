@@ -49,8 +49,18 @@ struct Opts {
   std::unique_ptr<bench::BenchProjector> projector;
 };
 
+// One step as the executor reported it, kept for the slowest few: whether a
+// step over its budget decoded too much (the plan), spent it in one long
+// llama_decode (a graph the deadline cannot cut), or lost it outside both.
+struct StepRecord {
+  unsigned frame = 0;
+  double ms = 0;  // the frame's step, timed by the bench
+  weft::StepResult res;
+};
+
 struct RunResult {
   std::vector<double> step_ms;
+  std::vector<StepRecord> slowest;  // the 3 slowest steps, slowest first
   double busy_s = 0;  // summed step wall time
   double wall_s = 0;  // first frame start to last frame end (steps plus the bench's bookkeeping)
   std::uint64_t tokens_decoded = 0, tokens_sampled = 0, deadline_hits = 0;
@@ -167,6 +177,11 @@ RunResult run_workload(weft::Model &model, const Opts &o, double budget_ms, bool
     const auto res = ex.step(b);
     const double ms = std::chrono::duration<double, std::milli>(steady_clock::now() - frame_start).count();
     r.step_ms.push_back(ms);
+    if (r.slowest.size() < 3 || ms > r.slowest.back().ms) {
+      if (r.slowest.size() == 3) r.slowest.pop_back();
+      const auto at = std::find_if(r.slowest.begin(), r.slowest.end(), [&](const StepRecord &s) { return ms > s.ms; });
+      r.slowest.insert(at, {f, ms, res});
+    }
     r.busy_s += ms / 1000;
     r.tokens_decoded += res.tokens_decoded;
     r.tokens_sampled += res.tokens_sampled;
@@ -248,6 +263,21 @@ struct Baseline {
 
 nlohmann::json optional_number(const std::optional<double> &v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
 
+nlohmann::json slowest_json(const std::vector<StepRecord> &steps) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const StepRecord &s : steps) {
+    out.push_back({{"frame", s.frame},
+                   {"ms", s.ms},
+                   {"tokens_decoded", s.res.tokens_decoded},
+                   {"tokens_sampled", s.res.tokens_sampled},
+                   {"decode_calls", s.res.decode_calls},
+                   {"decode_ms", s.res.decode_seconds * 1000},
+                   {"outside_decode_ms", (s.res.seconds - s.res.decode_seconds) * 1000},
+                   {"deadline_hit", s.res.deadline_hit}});
+  }
+  return out;
+}
+
 nlohmann::json row_json(double budget_ms, const RunResult &r, const Baseline &base, double floor_ms,
                         unsigned grace_frames) {
   const double p50 = bench::percentile(r.step_ms, 50), p99 = bench::percentile(r.step_ms, 99);
@@ -282,6 +312,7 @@ nlohmann::json row_json(double budget_ms, const RunResult &r, const Baseline &ba
                    {"tokens_decoded", r.tokens_decoded},
                    {"tokens_sampled", r.tokens_sampled},
                    {"deadline_hits", r.deadline_hits},
+                   {"slowest_steps", slowest_json(r.slowest)},
                    {"adapter_switches", r.adapter_switches},
                    {"adapter_switch_ms", r.adapter_switch_ms},
                    {"busy_s", r.busy_s},
