@@ -21,6 +21,11 @@ std::array<double, 3> features(std::uint32_t tokens, double kv_depth) {
 
 // Weight of the newest sample in a small size's running cost.
 constexpr double kRateAlpha = 0.3;
+// A large size is predicted at least this share of the per-token cost of
+// the large decodes seen: loose enough that a good line (a fixed cost
+// spread over fewer tokens makes the average rate exceed the marginal one)
+// is never lifted, tight enough that a drifted one cannot plan 20x over.
+constexpr double kLargeFloorShare = 0.5;
 
 // The error margin: its quantile, its step per sample, its cap, and how
 // many decodes it waits for (the first ones are mostly the prior's error).
@@ -72,6 +77,11 @@ void CostModel::observe(std::uint32_t tokens, double kv_depth, double seconds) {
   }
   p_ = np;
   ++samples_;
+  if (tokens >= kSmall) {
+    const double rate = seconds / tokens;
+    large_per_token_ = large_seen_ ? (1 - kRateAlpha) * large_per_token_ + kRateAlpha * rate : rate;
+    large_seen_ = true;
+  }
   // Small sizes: what a decode of exactly this size took, and at what depth.
   if (tokens < kSmall) {
     Seen &e = seen_[tokens];
@@ -89,7 +99,8 @@ double CostModel::seen_cost(std::uint32_t n, double kv_depth) const {
 
 double CostModel::predict(std::uint32_t tokens, double kv_depth) const {
   const double y = line(tokens, kv_depth);
-  if (tokens == 0 || tokens >= kSmall) return y;
+  if (tokens >= kSmall) return std::max(y, kLargeFloorShare * large_per_token_ * tokens);
+  if (tokens == 0) return y;
   // A size decoded before: what it took. One never decoded: what the
   // nearest smaller size seen took plus the line's cost of the extra tokens
   // (if that is more than the line), so a size the line under-predicts

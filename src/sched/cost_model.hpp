@@ -24,6 +24,12 @@
 // seen (the same tokens in smaller decodes): one slow decode of it (the
 // machine busy that moment, an encoder thread beside it) must not hold the
 // plans below it for good, since a size planned no more is seen no more.
+// Large sizes: the line, but never under half the per-token cost of the
+// large decodes actually seen (a running value). A budget that plans only
+// small batches for hundreds of steps feeds the fit nothing about large
+// ones; with forgetting, its slope then drifts (any value fits batches of
+// one size), and the line once promised 512 tokens in 3 ms that took 70 ms
+// (weft bench frame, tiny, 4 ms budget, frame 282).
 // The depth is what attention spans, which the caller knows: the cells in
 // use without flash attention (every token attends over them), the mean
 // position of the batch's tokens with it (not of its conversations: a chunk
@@ -75,6 +81,8 @@ class CostModel {
     std::uint64_t n = 0;            // samples
   };
   std::array<Seen, kSmall> seen_{};  // decodes of exactly n tokens
+  double large_per_token_ = 0;       // running seconds a token of decodes >= kSmall tokens
+  bool large_seen_ = false;
   double seen_cost(std::uint32_t n, double kv_depth) const;
   double line(std::uint32_t tokens, double kv_depth) const;
   std::uint64_t samples_ = 0;
