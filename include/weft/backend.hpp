@@ -54,8 +54,9 @@ struct CpuBackend {
 // Throws Error: Errc::not_found when a portable build finds no variant (or
 // not the one WEFT_CPU_VARIANT names; the message lists the folders searched
 // and the variants found), Errc::incompatible when the named variant (or a
-// fixed build's ISA level) needs instructions this CPU lacks. Model::load and the other entry points that
-// reach llama.cpp throw the same error.
+// fixed build's ISA level) needs instructions this CPU lacks. Model::load
+// and the other entry points that reach llama.cpp throw the same error.
+// Returns a copy the caller owns.
 WEFT_API CpuBackend cpu_backend();
 
 }  // namespace weft

@@ -11,8 +11,8 @@
 namespace weft::detail {
 
 // The backend loaded on the first call, or the Error that loading gave, the
-// same for every later caller. Called by ensure_backend() after llama.cpp's
-// own initialisation.
+// same for every later caller. Called by ensure_backend() before llama.cpp's
+// own initialisation (a fixed build's ISA check must come first). Thread-safe.
 const CpuBackend &loaded_cpu_backend();
 
 // The names in `required` ("avx2,fma,...", as WEFT_CPU_REQUIRES lists what a

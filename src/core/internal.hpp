@@ -15,7 +15,8 @@ struct ExecutorCore;
 // Installs weft's log router into llama.cpp/ggml and initialises the backend,
 // once per process, and loads the CPU backend (core/backend_loader.hpp);
 // every entry point that may reach llama.cpp calls it. Throws the Error of a
-// portable build that found no CPU variant to load.
+// portable build that found no CPU variant to load, or of a fixed build on a
+// CPU without the instructions it was built for.
 void ensure_backend();
 
 // The last error line llama.cpp logged on this thread (for error messages).

@@ -5,8 +5,12 @@
 // this binary for the one test).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "weft/weft.hpp"
@@ -80,6 +84,31 @@ TEST(CpuBackendDeathTest, AVariantThisCpuCannotRunIsIncompatible) {
   }
   EXPECT_EXIT(load_forced(lacking.c_str(), weft::Errc::incompatible, "lacks instructions"),
               ::testing::ExitedWithCode(0), "incompatible: WEFT_CPU_VARIANT=" + lacking);
+}
+
+// A folder whose only "variant" is no library at all (a damaged install):
+// nothing there runs, so the load fails with a typed error naming the
+// folder and what was found, instead of falling through to another folder.
+TEST(CpuBackendDeathTest, AFolderWithNoVariantThisCpuRunsIsIncompatible) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const auto dir = std::filesystem::temp_directory_path() / ("weft-bogus-variant-" + std::to_string(::getpid()));
+        std::filesystem::create_directories(dir);
+        std::ofstream(dir / "libggml-cpu-bogus.so") << "not a shared library";
+        ::setenv("WEFT_BACKEND_DIR", dir.c_str(), 1);
+        int rc = 2;
+        try {
+          (void)weft::cpu_backend();
+        } catch (const weft::Error &e) {
+          std::fprintf(stderr, "%s: %s\n", weft::errc_name(e.code()), e.what());
+          rc = e.code() == weft::Errc::incompatible ? 0 : 3;
+        }
+        std::filesystem::remove_all(dir);
+        std::_Exit(rc);
+      },
+      ::testing::ExitedWithCode(0), "incompatible: no CPU variant in .*weft-bogus-variant-.* runs on this CPU "
+                                    "\\(found: bogus \\(not on this CPU\\)\\)");
 }
 
 TEST(CpuBackendDeathTest, AForcedLowerVariantIsTheOneLoaded) {

@@ -16,7 +16,7 @@
 namespace weft_cli {
 namespace {
 
-// "zen4 (portable: best of 14 variants for this CPU, from <dir>)".
+// "zen4 (portable, the best this CPU runs; variants, best first, ...; from <dir>)".
 std::string describe_cpu(const weft::CpuBackend &b) {
   if (!b.runtime_dispatch) {
     return b.variant == "native" ? "native (built for the build machine's CPU: -march=native)"
