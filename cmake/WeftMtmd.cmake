@@ -52,7 +52,8 @@ if(WEFT_MTMD)
       POSITION_INDEPENDENT_CODE ON
       CXX_VISIBILITY_PRESET hidden
       C_VISIBILITY_PRESET hidden
-      VISIBILITY_INLINES_HIDDEN ON)
+      VISIBILITY_INLINES_HIDDEN ON
+      UNITY_BUILD OFF)  # upstream's sources are not written to share one unit
     target_include_directories(weft_mtmd PRIVATE
       "${_mtmd_dir}" "${_mtmd_vendor}" "${_mtmd_vendor}/hash")
     # Headers and usage requirements of the same llama.cpp and ggml weft links.

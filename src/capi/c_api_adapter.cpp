@@ -100,7 +100,7 @@ weft_status weft_adapter_use_init(weft_adapter_use *use, size_t struct_size) {
 
 weft_status weft_conversation_set_adapters(weft_conversation *conversation, const weft_adapter_use *uses, size_t n) {
   return guarded(__func__, [&] {
-    auto c = get<weft::Conversation>(conversation, Kind::conversation);
+    auto c = conv_of(conversation);
     std::vector<weft::AdapterUse> list;
     if (n > 0) {
       need(uses, "uses");
@@ -135,7 +135,7 @@ weft_status weft_conversation_set_adapters(weft_conversation *conversation, cons
 weft_status weft_conversation_adapters(const weft_conversation *conversation, weft_adapter_use *uses, size_t capacity,
                                        size_t *out_n) {
   return guarded(__func__, [&] {
-    auto c = get<weft::Conversation>(conversation, Kind::conversation);
+    auto c = conv_of(conversation);
     need(out_n, "out_n");
     const std::vector<weft::AdapterUse> list = c->adapters();
     *out_n = list.size();

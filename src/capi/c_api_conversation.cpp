@@ -14,7 +14,6 @@ static_assert(WEFT_FINISH_CANCELLED == static_cast<int>(FinishReason::cancelled)
 
 using Conv = weft::Conversation;
 
-std::shared_ptr<Conv> conv_of(const weft_conversation *c) { return get<Conv>(c, Kind::conversation); }
 std::shared_ptr<weft::Generation> gen_of(const weft_generation *g) {
   return get<weft::Generation>(g, Kind::generation);
 }

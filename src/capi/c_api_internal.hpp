@@ -132,6 +132,11 @@ std::shared_ptr<T> get(const void *handle, Kind kind) {
   return std::static_pointer_cast<T>(find_handle(handle, kind));
 }
 
+// A conversation handle's object; a handle every part of the ABI takes.
+inline std::shared_ptr<Conversation> conv_of(const weft_conversation *c) {
+  return get<Conversation>(c, Kind::conversation);
+}
+
 template <class Handle, class T>
 Handle *make_handle(Kind kind, std::shared_ptr<T> object) {
   return reinterpret_cast<Handle *>(add_handle(kind, std::move(object)));

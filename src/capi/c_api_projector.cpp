@@ -12,7 +12,6 @@ namespace weft::capi {
 namespace {
 
 std::shared_ptr<Projector> projector_of(const weft_projector *p) { return get<Projector>(p, Kind::projector); }
-std::shared_ptr<Conversation> conv_of(const weft_conversation *c) { return get<Conversation>(c, Kind::conversation); }
 
 weft_projector_params projector_defaults() {
   const ProjectorParams d;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +20,10 @@ namespace weft::detail {
 std::filesystem::path u8_path(std::string_view utf8);
 // fopen with a UTF-8 path (_wfopen on Windows); nullptr and errno on failure.
 std::FILE *open_file(const std::string &path, const char *mode);
+struct FileCloser {
+  void operator()(std::FILE *f) const noexcept { std::fclose(f); }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;  // an open_file() result, closed on scope exit
 // Removes a file; a missing file or an error is ignored (cleanup paths).
 void remove_file_quietly(const std::string &path) noexcept;
 // This process's id (temp and spill file names).

@@ -24,7 +24,7 @@ namespace {
 
 using namespace detail::npc;
 
-struct Rng : detail::SplitMix64 {
+struct CorpusRng : detail::SplitMix64 {
   // Uniform in [0, n); n > 0. Bias is negligible for the tiny n used here.
   std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
   int range(int lo, int hi) { return lo + static_cast<int>(below(static_cast<std::size_t>(hi - lo + 1))); }
@@ -58,7 +58,7 @@ const char *article(const char *noun) {
 
 class Writer {
  public:
-  Writer(Rng &rng, std::string &out) : rng_(rng), out_(out) {}
+  Writer(CorpusRng &rng, std::string &out) : rng_(rng), out_(out) {}
 
   void dialogue() {
     name_ = rng_.pick(kNames);
@@ -212,7 +212,7 @@ class Writer {
     }
   }
 
-  Rng &rng_;
+  CorpusRng &rng_;
   std::string &out_;
   const char *name_ = "";
   const Role *role_ = nullptr;
@@ -227,7 +227,7 @@ std::vector<std::string> make_npc_dialogues(const CorpusParams &params) {
     detail::fail(Errc::invalid_argument,
                  fmt::format("CorpusParams.target_bytes = {} (expected 1 .. 1073741824)", params.target_bytes));
   }
-  Rng rng{{params.seed ^ 0x6e70632d636f7270ull}};
+  CorpusRng rng{{params.seed ^ 0x6e70632d636f7270ull}};
   std::vector<std::string> out;
   std::size_t total = 0;
   while (total < params.target_bytes) {

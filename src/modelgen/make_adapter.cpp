@@ -41,12 +41,9 @@ struct GgufDelete {
 struct GgmlDelete {
   void operator()(ggml_context *c) const { ggml_free(c); }
 };
-struct FileClose {
-  void operator()(std::FILE *f) const { std::fclose(f); }
-};
 using Gguf = std::unique_ptr<gguf_context, GgufDelete>;
 using Ggml = std::unique_ptr<ggml_context, GgmlDelete>;
-using File = std::unique_ptr<std::FILE, FileClose>;
+using File = detail::FilePtr;
 
 // The per-block LoRA targets llama.cpp's llama graph routes through
 // build_lora_mm, plus the untied output projection.

@@ -66,10 +66,6 @@ using detail::gguf_copy_key;
 using detail::gguf_int;
 using detail::gguf_str;
 
-struct FileClose {
-  void operator()(std::FILE *f) const { std::fclose(f); }
-};
-
 // RMS of the first rows of token_embd (up to 256; a sample is plenty for a
 // scale). 0.02, the generated presets' std, when it cannot be read.
 double token_embd_rms(const std::string &path, const gguf_context *g, const ggml_context *meta) {
@@ -83,7 +79,7 @@ double token_embd_rms(const std::string &path, const gguf_context *g, const ggml
   const std::size_t row_bytes = ggml_row_size(t->type, ne0);
   std::vector<char> bytes(row_bytes * static_cast<std::size_t>(rows));
   const std::size_t offset = gguf_get_data_offset(g) + gguf_get_tensor_offset(g, id);
-  std::unique_ptr<std::FILE, FileClose> f(detail::open_file(path, "rb"));
+  detail::FilePtr f(detail::open_file(path, "rb"));
   if (!f || fseeko(f.get(), static_cast<off_t>(offset), SEEK_SET) != 0 ||
       std::fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) {
     detail::fail(Errc::corrupt, fmt::format("text model '{}': cannot read token_embd.weight ({} bytes at offset {})",
@@ -354,7 +350,7 @@ void make_qwen2vl_text_model(const std::string &base, const std::string &out) {
   for (int64_t i = 0; i < n_tensors; ++i) {
     gguf_add_tensor(dst.get(), ggml_get_tensor(meta.get(), gguf_get_tensor_name(src.get(), i)));
   }
-  std::unique_ptr<std::FILE, FileClose> in(detail::open_file(base, "rb"));
+  detail::FilePtr in(detail::open_file(base, "rb"));
   if (!in) detail::fail(Errc::io, fmt::format("cannot open text model '{}': {}", base, std::strerror(errno)));
   detail::TempFile file(out);
   detail::write_gguf_meta(file, dst.get());

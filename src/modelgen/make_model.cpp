@@ -63,21 +63,21 @@ void copy_tokenizer(gguf_context *dst, const gguf_context *src) {
   }
 }
 
-struct TensorSpec {
+struct WeightSpec {
   std::string name;
   int64_t ne0, ne1;  // ne1 == 1 for vectors
   bool matrix;       // stored in the weight type; vectors stay f32
   float std;         // 0 = constant 1 (norm weights)
 };
 
-std::vector<TensorSpec> tensor_list(const ModelShape &s, int64_t n_vocab, float std_embd, float std_kv) {
+std::vector<WeightSpec> tensor_list(const ModelShape &s, int64_t n_vocab, float std_embd, float std_kv) {
   const int64_t head = s.n_embd / s.n_head;
   const int64_t q = head * s.n_head, kv = head * s.n_head_kv;
   const float std = 0.02f;
   if (std_embd <= 0) std_embd = std;
   if (std_kv <= 0) std_kv = std;
   const float proj = std / std::sqrt(2.0f * static_cast<float>(s.n_layer));
-  std::vector<TensorSpec> t;
+  std::vector<WeightSpec> t;
   t.push_back({"token_embd.weight", s.n_embd, n_vocab, true, std_embd});
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);

@@ -21,6 +21,8 @@
 #include "weft/train.hpp"
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace demo_cmd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -128,8 +130,10 @@ struct Live {
 };
 
 }  // namespace
+}  // namespace demo_cmd
 
 void add_demo(CLI::App &app) {
+  using namespace demo_cmd;
   struct Opts {
     std::string model, transcripts;
     unsigned npcs = 8, max_tokens = 40, ctx = 4096, batch = 256, seed = 1, dialogues = 0;

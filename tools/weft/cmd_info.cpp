@@ -14,6 +14,8 @@
 #include "weft/train.hpp"
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace info_cmd {
 namespace {
 
 // "zen4 (portable, the best this CPU runs; variants, best first, ...; from <dir>)".
@@ -30,8 +32,10 @@ std::string describe_cpu(const weft::CpuBackend &b) {
 }
 
 }  // namespace
+}  // namespace info_cmd
 
 void add_info(CLI::App &app) {
+  using namespace info_cmd;
   struct Opts {
     std::string model, text = "Hello, blacksmith! What do you sell?";
     std::vector<std::string> rpc;

@@ -18,6 +18,8 @@
 #include "weft/train.hpp"
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace make_model_cmd {
 namespace {
 
 // Replaces `out` through `<out>.tmp.<pid>`: `write` fills the temp file and
@@ -46,8 +48,10 @@ void copy_atomic(const std::string &from, const std::string &out) {
 }
 
 }  // namespace
+}  // namespace make_model_cmd
 
 void add_make_model(CLI::App &app) {
+  using namespace make_model_cmd;
   struct Opts {
     std::string preset = "tiny", type, out, vocab;
     std::uint64_t seed = 0;
@@ -131,6 +135,7 @@ void add_make_model(CLI::App &app) {
 }
 
 void add_corpus(CLI::App &app) {
+  using namespace make_model_cmd;
   auto params = std::make_shared<weft::CorpusParams>();
   auto out = std::make_shared<std::string>();
   auto check = std::make_shared<std::string>();

@@ -21,6 +21,8 @@
 #endif
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace bench_adapters_cmd {
 namespace {
 
 struct Opts {
@@ -288,8 +290,10 @@ void run(Opts o) {
 }
 
 }  // namespace
+}  // namespace bench_adapters_cmd
 
 void add_bench_adapters(CLI::App &bench) {
+  using namespace bench_adapters_cmd;
   auto o = std::make_shared<Opts>();
   auto *cmd = bench.add_subcommand("adapters", "Conversations under per-conversation LoRAs in 1..8 groups: weft vs "
                                                "llama-server with per-request LoRA (throughput, group spread)");

@@ -28,6 +28,8 @@
 #include "bench_images.hpp"
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace bench_frame_cmd {
 namespace {
 
 using std::chrono::steady_clock;
@@ -526,8 +528,10 @@ void run(Opts &o) {
 }
 
 }  // namespace
+}  // namespace bench_frame_cmd
 
 void add_bench_frame(CLI::App &bench) {
+  using namespace bench_frame_cmd;
   auto o = std::make_shared<Opts>();
   auto *cmd =
       bench.add_subcommand("frame", "Per-frame step budgets: step times and what players see while prompts arrive");

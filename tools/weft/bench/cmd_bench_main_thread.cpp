@@ -28,6 +28,8 @@
 #include "model_cache.hpp"
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace bench_main_thread_cmd {
 namespace {
 
 using std::chrono::steady_clock;
@@ -354,8 +356,10 @@ void run(Opts o) {
 }
 
 }  // namespace
+}  // namespace bench_main_thread_cmd
 
 void add_bench_main_thread(CLI::App &bench) {
+  using namespace bench_main_thread_cmd;
   auto o = std::make_shared<Opts>();
   auto *cmd = bench.add_subcommand(
       "main-thread", "A 60 Hz game thread calling every API while the worker decodes: per-call latency");

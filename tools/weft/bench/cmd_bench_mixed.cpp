@@ -16,6 +16,8 @@
 #include "bench_options.hpp"
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace bench_mixed_cmd {
 namespace {
 
 struct Opts {
@@ -157,8 +159,10 @@ void run(Opts o) {
 }
 
 }  // namespace
+}  // namespace bench_mixed_cmd
 
 void add_bench_mixed(CLI::App &bench) {
+  using namespace bench_mixed_cmd;
   auto o = std::make_shared<Opts>();
   auto *cmd = bench.add_subcommand("mixed", "Open-loop chat workload on weft and on llama-server: TTFT, inter-token "
                                             "latency, throughput");

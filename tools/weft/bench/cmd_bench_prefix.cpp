@@ -15,6 +15,8 @@
 #include "bench_options.hpp"
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace bench_prefix_cmd {
 namespace {
 
 struct Opts {
@@ -138,8 +140,10 @@ void run(Opts o) {
 }
 
 }  // namespace
+}  // namespace bench_prefix_cmd
 
 void add_bench_prefix(CLI::App &bench) {
+  using namespace bench_prefix_cmd;
   auto o = std::make_shared<Opts>();
   auto *cmd = bench.add_subcommand("prefix", "NPCs sharing a long lore, arriving over time: weft's prefix reuse vs "
                                              "llama-server's cache_prompt/--cache-reuse (TTFT, throughput)");

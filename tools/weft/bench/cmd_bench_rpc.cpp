@@ -23,6 +23,8 @@
 #include "bench_server.hpp"
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace bench_rpc_cmd {
 namespace {
 
 struct Opts {
@@ -318,8 +320,10 @@ void run(Opts o) {
 }
 
 }  // namespace
+}  // namespace bench_rpc_cmd
 
 void add_bench_rpc(CLI::App &bench) {
+  using namespace bench_rpc_cmd;
   auto o = std::make_shared<Opts>();
   auto *cmd = bench.add_subcommand("rpc", "A model decoded locally vs split over ggml-rpc-server peers started "
                                           "here: speed and network bytes per token");

@@ -21,6 +21,8 @@
 #include "bench_commands.hpp"
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace bench_spill_cmd {
 namespace {
 
 struct Opts {
@@ -222,8 +224,10 @@ void run(Opts o) {
 }
 
 }  // namespace
+}  // namespace bench_spill_cmd
 
 void add_bench_spill(CLI::App &bench) {
+  using namespace bench_spill_cmd;
   auto o = std::make_shared<Opts>();
   auto *cmd = bench.add_subcommand("spill", "More conversations than the cache holds: parking tiers vs all resident");
   cmd->add_option("-m,--model", o->model, "GGUF model (default: the generated small model, made on first use)");

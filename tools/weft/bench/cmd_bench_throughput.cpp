@@ -19,6 +19,8 @@
 #include "attention_cli.hpp"
 
 namespace weft_cli {
+// Named, so that the CLI builds as one unit (CMAKE_UNITY_BUILD) without clashes.
+namespace bench_throughput_cmd {
 namespace {
 
 struct Opts {
@@ -218,8 +220,10 @@ void run(Opts o) {
 }
 
 }  // namespace
+}  // namespace bench_throughput_cmd
 
 void add_bench_throughput(CLI::App &bench) {
+  using namespace bench_throughput_cmd;
   auto o = std::make_shared<Opts>();
   auto *cmd = bench.add_subcommand("throughput", "llama-batched-bench's rows (PP, TG, B), run through weft's executor");
   cmd->add_option("-m,--model", o->model, "GGUF model (default: the generated small model, made on first use)");
