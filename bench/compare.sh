@@ -3,15 +3,16 @@
 # machine, model and settings, in one run: builds weft and llama.cpp's
 # llama-batched-bench and llama-server (from the same pinned source), generates
 # the `small` model, runs each benchmark on weft and on its peer in
-# alternation (A B, B A, ...), and writes docs/BENCHMARKS.md (medians, ratios
-# weft/peer) and PNG plots (gnuplot).
+# alternation (A B, B A, ...), and writes a report (medians, ratios
+# weft/peer) and PNG plots (gnuplot) beside its raw results; what is current
+# goes into docs/BENCHMARKS.md by hand.
 #
 # Settings (environment): REPS=3 THREADS (default: all cores when the machine
 # is quiet, else 1; see below) PP=128 TG=32
 # PARALLEL=1,2,4,8,16,32 CTX=8192 BATCH=2048 UBATCH=512 MIXED="..." (extra
 # `weft bench mixed` flags) SPILL="--turns 2" FRAME="--frames 150" (flags of
 # `weft bench spill` / `frame`, run when the CLI has them) BUILD=build/release
-# OUT=$BUILD/bench-compare DOC=docs/BENCHMARKS.md. Default settings took 11
+# OUT=$BUILD/bench-compare DOC=$OUT/report.md. Default settings took 11
 # minutes on 2 cores that other builds kept busy (load average about 4.7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +37,7 @@ UBATCH=${UBATCH:-512}
 MIXED=${MIXED:-}
 BUILD=${BUILD:-build/release}
 OUT=${OUT:-$BUILD/bench-compare}
-DOC=${DOC:-docs/BENCHMARKS.md}
+DOC=${DOC:-$OUT/report.md}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 
 die() { echo "bench/compare.sh: $*" >&2; exit 1; }

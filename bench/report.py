@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/report.py: turn bench/compare.sh's raw results into docs/BENCHMARKS.md
+"""bench/report.py: turn bench/compare.sh's raw results into a Markdown report
 and gnuplot PNGs. Medians over the repetitions; ratios are weft / peer."""
 import argparse
 import glob
