@@ -115,7 +115,9 @@ class WEFT_API Conversation {
   // costs what the image costs; it never waits for a step); the vision
   // encoder runs on the executor's own encoder thread, never inside step():
   // until its embeddings are ready the conversation's later input waits
-  // while other conversations go on, and a step then decodes the image whole.
+  // while other conversations go on. A non-causal image (gemma3-style) is
+  // decoded whole in one step; a causal one (qwen2vl-style) in pieces over
+  // steps, like a prompt.
   // Throws Errc::invalid_argument without a projector, for an empty or
   // unknown file type (PNG and JPEG only), a zero side, RGB bytes of the
   // wrong size, or while a generation runs; Errc::out_of_range for a side
@@ -138,8 +140,8 @@ class WEFT_API Conversation {
   // Queues a clip of audio: mono f32 samples in [-1, 1] at the projector's
   // audio_sample_rate(), preprocessed (the mel spectrogram) on the calling
   // thread, about a millisecond a second of audio; the rest as
-  // prompt_image: encoded on the executor's encoder thread, decoded whole in
-  // a step, kept by save()/load() and spill. The clip is one media span
+  // prompt_image: encoded on the executor's encoder thread, decoded in
+  // pieces over steps, kept by save()/load() and spill. The clip is one media span
   // (ImageSpan::audio). Throws Errc::incompatible when the projector takes
   // no audio, Errc::invalid_argument for no samples or one that is not
   // finite, Errc::out_of_range past 2^24 samples, and as prompt_image for

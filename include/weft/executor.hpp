@@ -127,7 +127,7 @@ struct ExecutorParams {
   // Flash attention. Default automatic: with layers on a GPU or a q8_0
   // cache llama.cpp decides; on the CPU both kernels are timed on this
   // machine at this executor's shape (n_seq_max conversations, each as deep
-  // as an equal share of min(n_ctx, 8192) cells allows, at most 256: one
+  // as an equal share of min(n_ctx, 4096) cells allows, at most 256: one
   // generation step and one 32-token prompt chunk) and the faster is used.
   // Which wins depends on the CPU and the shape (docs/EXECUTOR.md,
   // "Flash attention"). WEFT_FLASH_ATTN=on|off in the environment
