@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "sampling.hpp"
+#include "core/sampling.hpp"
 #include "weft/make_model.hpp"
 #include "weft/model.hpp"
 

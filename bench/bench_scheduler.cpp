@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "scheduler.hpp"
+#include "sched/scheduler.hpp"
 
 namespace {
 

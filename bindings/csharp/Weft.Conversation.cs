@@ -58,6 +58,9 @@ namespace Weft
         // Every sampled token and the text that became final with it, on the
         // stepping thread (see Generation.Wait for when the last one has run).
         public Action<int, string> OnToken;
+        // Never sample an end-of-generation token: the generation ends at
+        // MaxTokens, a stop string, a full context or Cancel().
+        public bool IgnoreEos;
     }
 
     // One dialogue: history in the shared KV cache, queued input, logits, a
@@ -195,6 +198,7 @@ namespace Weft
             Native.Check(Native.weft_generate_params_init(ref n, Native.Size(Marshal.SizeOf(typeof(GenerateParamsNative)))));
             if (p.MaxTokens < 0) throw new ArgumentOutOfRangeException("MaxTokens", p.MaxTokens, "must be >= 1");
             n.max_tokens = (uint)p.MaxTokens;
+            n.ignore_eos = p.IgnoreEos ? 1 : 0;
             TokenSink sink = null;
             var ud = IntPtr.Zero;
             using (var mem = new CallMemory())

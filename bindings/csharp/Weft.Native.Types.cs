@@ -237,6 +237,7 @@ namespace Weft
         public UIntPtr n_stop;
         public IntPtr on_token, user_data, user_data_free;
         public uint max_tokens;
+        public int ignore_eos;
     }
 
     // An element of weft_conversation_set_adapters' array: each carries its size.

@@ -49,6 +49,10 @@ struct GenerateParams {
   // became final with it: UTF-8-complete, never part of a stop string, maybe
   // empty. Default none. Must not throw (a throw cancels the generation).
   std::function<void(Token token, std::string_view text)> on_token;
+  // Never sample an end-of-generation token (their logits are masked, as
+  // llama-server's ignore_eos): the generation ends at max_tokens, a stop
+  // string, a full context or a cancel. Default false.
+  bool ignore_eos = false;
 };
 
 struct GenerationResult {

@@ -1,6 +1,8 @@
 // The C ABI, part 3: conversations, sampler parameters, generations.
 #include <fmt/format.h>
 
+#include <cstddef>
+
 #include <chrono>
 #include <vector>
 
@@ -65,8 +67,13 @@ weft_generate_params generate_defaults() {
   p.user_data = nullptr;
   p.user_data_free = nullptr;
   p.max_tokens = d.max_tokens;
+  p.ignore_eos = d.ignore_eos ? 1 : 0;
   return p;
 }
+
+// Before `ignore_eos` was appended, and now.
+const std::initializer_list<std::size_t> kGenerateParamsSizes = {offsetof(weft_generate_params, ignore_eos),
+                                                                 sizeof(weft_generate_params)};
 
 }  // namespace
 }  // namespace weft::capi
@@ -238,7 +245,7 @@ const char *weft_finish_reason_name(int32_t reason) {
 
 weft_status weft_generate_params_init(weft_generate_params *params, size_t struct_size) {
   return guarded(__func__, [&] {
-    init_struct(params, struct_size, "weft_generate_params", generate_defaults(), {sizeof(weft_generate_params)});
+    init_struct(params, struct_size, "weft_generate_params", generate_defaults(), kGenerateParamsSizes);
   });
 }
 
@@ -249,9 +256,10 @@ weft_status weft_conversation_generate(weft_conversation *conversation, const we
     *out = nullptr;
     auto c = conv_of(conversation);
     weft_generate_params p = generate_defaults();
-    if (params != nullptr) read_struct(params, "weft_generate_params", p, {sizeof(weft_generate_params)});
+    if (params != nullptr) read_struct(params, "weft_generate_params", p, kGenerateParamsSizes);
     weft::GenerateParams gp;
     gp.max_tokens = p.max_tokens;
+    gp.ignore_eos = p.ignore_eos != 0;
     if (p.sampler != nullptr) gp.sampler = to_sampler(p.sampler);
     if (p.n_stop > 0) need(p.stop, "weft_generate_params.stop");
     for (std::size_t i = 0; i < p.n_stop; ++i) {

@@ -172,6 +172,9 @@ Model Model::load(const ModelParams &params) {
   impl->vocab = llama_model_get_vocab(m);
   impl->path = params.path;
   impl->n_vocab = llama_vocab_n_tokens(impl->vocab);
+  for (std::int32_t t = 0; t < impl->n_vocab; ++t) {
+    if (llama_vocab_is_eog(impl->vocab, t)) impl->eog.push_back(t);
+  }
   impl->fingerprint = compute_fingerprint(m, params.path);
   // RPC peers may be CPUs: flash attention stays off unless asked for.
   impl->on_gpu = params.n_gpu_layers != 0 && params.rpc.empty() && gpu_present();

@@ -22,6 +22,8 @@ struct Model::Impl {
   const llama_vocab *vocab = nullptr;
   std::string path;
   std::int32_t n_vocab = 0;
+  // The vocabulary's end-of-generation tokens, ascending (GenerateParams::ignore_eos masks them).
+  std::vector<std::int32_t> eog;
   std::uint64_t fingerprint = 0;
   // Whether any layer runs on a GPU (flash attention's default follows it).
   bool on_gpu = false;

@@ -152,7 +152,13 @@ void Sampler::check_size(std::span<const float> logits) const {
   }
 }
 
-Token Sampler::sample(std::span<const float> logits) {
+Token Sampler::sample(std::span<const float> logits, bool ban_eog) {
+  if (ban_eog && !model_.impl()->eog.empty()) {
+    check_size(logits);
+    masked_.assign(logits.begin(), logits.end());
+    for (const std::int32_t t : model_.impl()->eog) masked_[static_cast<std::size_t>(t)] = -INFINITY;
+    logits = masked_;
+  }
   return fast_greedy_ ? sample_argmax(logits) : sample_chain(logits);
 }
 

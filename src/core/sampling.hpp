@@ -65,7 +65,10 @@ class Sampler {
   // filling a candidate array and running the chain: the same token (the
   // first of equal maxima, as llama.cpp's greedy stage), the same errors, and
   // the same state (greedy draws no RNG; the chain's stages are stateless here).
-  Token sample(std::span<const float> logits);
+  // With `ban_eog`, the model's end-of-generation tokens are never picked
+  // (their logits count as -inf: GenerateParams::ignore_eos); refused as
+  // above when nothing else is left.
+  Token sample(std::span<const float> logits, bool ban_eog = false);
   // sample() through the full llama.cpp chain, never the fast path. For tests
   // and benchmarks that compare the two.
   Token sample_chain(std::span<const float> logits);
@@ -112,6 +115,7 @@ class Sampler {
   Ptr grammar_;  // null without a grammar; kept apart so sample() can tell why nothing is left
   Ptr chain_;    // penalties ... temperature; weft selects (greedy or its own RNG)
   std::vector<llama_token_data> cur_;  // n_vocab candidates, reused by every sample()
+  std::vector<float> masked_;          // the logits with EOG masked (ban_eog), reused
   // weft draws from the final distribution itself so the RNG state is one
   // serialisable number (llama.cpp's dist sampler hides its engine).
   std::uint64_t rng_ = 0;

@@ -102,7 +102,7 @@ void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex>
     try {
       const auto s0 = std::chrono::steady_clock::now();
       if (sample_hook) sample_hook();
-      job.token = job.sampler->sample(job.conv->logits);
+      job.token = job.sampler->sample(job.conv->logits, job.gen->params.ignore_eos);
       job.sampler->accept(job.token);
       // A time budget keeps room for the sampling after its decode.
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();

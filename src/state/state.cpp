@@ -33,6 +33,7 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
     const GenState &g = *c.gen;
     GenRecord gr;
     gr.max_tokens = g.params.max_tokens;
+    gr.ignore_eos = g.params.ignore_eos;
     gr.stop = g.params.stop;
     gr.sampler = g.params.sampler;
     if (g.own_sampler) gr.sampler_state = g.own_sampler->state();
@@ -130,6 +131,7 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
   if (r.gen) {
     auto g = std::make_shared<GenState>();
     g->params.max_tokens = r.gen->max_tokens;
+    g->params.ignore_eos = r.gen->ignore_eos;
     g->params.stop = r.gen->stop;
     g->params.sampler = r.gen->sampler;
     if (gen_sampler) g->own_sampler = std::make_shared<Sampler>(std::move(*gen_sampler));

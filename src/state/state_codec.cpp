@@ -88,7 +88,8 @@ std::uint32_t crc32(std::span<const std::uint8_t> bytes) {
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab) {
   Writer w;
   w.raw(kConvMagic, 8);
-  w.put(kStateVersion);
+  const std::uint32_t version = r.gen && r.gen->ignore_eos ? 6 : kPlainStateVersion;
+  w.put(version);
   w.put(fingerprint);
   w.put<std::int32_t>(n_vocab);
   w.tokens(r.history);
@@ -103,6 +104,7 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   if (r.gen) {
     const GenRecord &g = *r.gen;
     w.put(g.max_tokens);
+    if (version >= 6) w.put<std::uint8_t>(g.ignore_eos ? 1 : 0);
     w.put<std::uint32_t>(static_cast<std::uint32_t>(g.stop.size()));
     for (const auto &s : g.stop) w.str(s);
     w.put<std::uint8_t>(g.sampler ? 1 : 0);
@@ -179,6 +181,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
     GenRecord g;
     g.max_tokens = r.get<std::uint32_t>("generation.max_tokens");
     if (g.max_tokens == 0) fail(Errc::corrupt, fmt::format("{}: generation.max_tokens = 0", what));
+    if (version >= 6) g.ignore_eos = r.flag("generation.ignore_eos");
     const auto n_stop = r.count(kMaxStops, "generation.stop count");
     for (std::uint32_t i = 0; i < n_stop; ++i) g.stop.push_back(r.str("generation.stop"));
     if (r.flag("generation.has_sampler")) g.sampler = r.sampler();
@@ -261,7 +264,7 @@ std::vector<std::uint8_t> encode_snapshot(const std::vector<std::pair<std::uint6
                                           std::uint64_t fingerprint) {
   Writer w;
   w.raw(kSnapMagic, 8);
-  w.put(kStateVersion);
+  w.put(kPlainStateVersion);  // the frame is unchanged since; each conversation has its own
   w.put(fingerprint);
   w.put<std::uint32_t>(static_cast<std::uint32_t>(convs.size()));
   for (const auto &[id, bytes] : convs) {

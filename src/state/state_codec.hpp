@@ -16,7 +16,10 @@
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 5;
+inline constexpr std::uint32_t kStateVersion = 6;  // the newest read
+// Written unless the state needs a later version's field (a generation with
+// ignore_eos: version 6), so such states stay readable by an older weft.
+inline constexpr std::uint32_t kPlainStateVersion = 5;
 inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
 // Bounds checked before anything is allocated from a length field.
 inline constexpr std::uint32_t kMaxTokens = 1u << 24;
@@ -56,6 +59,7 @@ struct MediaRecord {
 
 struct GenRecord {
   std::uint32_t max_tokens = 0;
+  bool ignore_eos = false;                        // version 6
   std::vector<std::string> stop;
   std::optional<SamplerParams> sampler;          // its own sampler, if any
   std::optional<Sampler::State> sampler_state;   // ...and where it stands

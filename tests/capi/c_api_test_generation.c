@@ -150,6 +150,40 @@ void test_generation(void) {
   CHECK_OK(weft_generation_cancel(g)); /* idempotent */
   CHECK_OK(weft_generation_free(g));
 
+  /* ignore_eos: where a grammar admits only an end token, the generation
+     ends in an error with it and at that end token without it; a struct_size
+     from before ignore_eos reads it as 0. */
+  {
+    weft_conversation *y1 = NULL, *y2 = NULL;
+    weft_generation *gy1 = NULL, *gy2 = NULL;
+    weft_status ecode = WEFT_OK;
+    char emsg[256];
+    CHECK_OK(weft_sampler_params_init(&sp, sizeof sp));
+    sp.grammar = "root ::= \"yes\" | \"no\"";
+    CHECK_OK(weft_conversation_fork(c, &y1));
+    CHECK_OK(weft_conversation_fork(c, &y2));
+    CHECK_OK(weft_generate_params_init(&gp, sizeof gp));
+    CHECK(gp.ignore_eos == 0);
+    gp.sampler = &sp;
+    gp.max_tokens = 10;
+    gp.ignore_eos = 1;
+    CHECK_OK(weft_conversation_generate(y1, &gp, &gy1));
+    gp.struct_size = offsetof(weft_generate_params, ignore_eos);
+    CHECK_OK(weft_conversation_generate(y2, &gp, &gy2));
+    run_until_idle(ex);
+    CHECK_OK(weft_generation_reason(gy1, &reason));
+    CHECK(reason == WEFT_FINISH_ERROR);
+    CHECK_OK(weft_generation_error(gy1, &ecode, emsg, sizeof emsg, &len));
+    CHECK(ecode == WEFT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(emsg, "grammar admits no token") != NULL);
+    CHECK_OK(weft_generation_reason(gy2, &reason));
+    CHECK(reason == WEFT_FINISH_END_OF_GENERATION);
+    CHECK_OK(weft_generation_free(gy1));
+    CHECK_OK(weft_generation_free(gy2));
+    CHECK_OK(weft_conversation_free(y1));
+    CHECK_OK(weft_conversation_free(y2));
+  }
+
   CHECK_OK(weft_conversation_free(c));
   CHECK_OK(weft_conversation_free(f1));
   CHECK_OK(weft_conversation_free(f2));

@@ -103,6 +103,33 @@ TEST(Sampling, GreedyAndTopK1AreArgmax) {
   }
 }
 
+TEST(Sampling, BanningEndTokensPicksTheBestOtherTokenOnEveryPath) {
+  std::mt19937 rng(17);
+  std::vector<Token> eog;
+  for (std::size_t t = 0; t < n_vocab(); ++t) {
+    if (model().is_eog(static_cast<Token>(t))) eog.push_back(static_cast<Token>(t));
+  }
+  ASSERT_FALSE(eog.empty());
+  for (int i = 0; i < 20; ++i) {
+    auto l = normal_logits(rng);
+    const Token end = eog[static_cast<std::size_t>(i) % eog.size()];
+    l[static_cast<std::size_t>(end)] = 50.0f;  // far above every other token
+    auto masked = l;
+    for (Token t : eog) masked[static_cast<std::size_t>(t)] = -INFINITY;
+    Sampler greedy(model(), {});
+    ASSERT_TRUE(greedy.greedy_fast_path());
+    EXPECT_EQ(greedy.sample(l), end) << "without the ban the end token wins";
+    EXPECT_EQ(greedy.sample(l, true), argmax(masked));
+    Sampler penalised(model(), {.repeat_penalty = 1.1f});  // the full chain
+    ASSERT_FALSE(penalised.greedy_fast_path());
+    EXPECT_EQ(penalised.sample(l, true), argmax(masked));
+    // At a temperature the end token would take nearly all the mass.
+    Sampler hot(model(), {.temperature = 1.0f, .seed = static_cast<std::uint32_t>(i)});
+    for (int k = 0; k < 20; ++k) EXPECT_FALSE(model().is_eog(hot.sample(l, true)));
+    EXPECT_EQ(hot.sample(l), end);
+  }
+}
+
 TEST(Sampling, SeedsAreReproducibleAndDistinct) {
   // A narrow spread makes the distribution nearly flat over 32000 tokens.
   auto run = [](std::uint32_t seed) {

@@ -17,15 +17,22 @@ namespace {
 
 
 // Greedy continuation decoded independently on raw llama.cpp, cut where the
-// top two logits are closer than the comparison noise allows.
-std::vector<weft::Token> reference_greedy(const weft::Model &m, std::vector<weft::Token> history, int n) {
+// top two logits are closer than the comparison noise allows. `ban_eog`:
+// end-of-generation tokens never chosen (as GenerateParams::ignore_eos).
+std::vector<weft::Token> reference_greedy(const weft::Model &m, std::vector<weft::Token> history, int n,
+                                          bool ban_eog = false) {
   std::vector<weft::Token> out;
   const double tol = weft_test::logits_tolerance(m);
   for (int i = 0; i < n; ++i) {
-    const auto lg = reference_logits(m, history);
+    auto lg = reference_logits(m, history);
     double sq = 0;
     for (float x : lg) sq += double(x) * x;
     const double sigma = std::sqrt(tol * sq / static_cast<double>(lg.size()));
+    if (ban_eog) {
+      for (std::size_t t = 0; t < lg.size(); ++t) {
+        if (m.is_eog(static_cast<weft::Token>(t))) lg[t] = -INFINITY;
+      }
+    }
     auto best = std::max_element(lg.begin(), lg.end());
     float second = -INFINITY;
     for (auto it = lg.begin(); it != lg.end(); ++it) {
@@ -173,6 +180,59 @@ TEST(Generation, GrammarConstrainsOutput) {
     EXPECT_TRUE(g2.text() == "yes" || g2.text() == "no") << g2.text();
     EXPECT_EQ(g2.reason(), weft::FinishReason::end_of_generation);
   }
+}
+
+TEST(Generation, IgnoreEosMatchesAGreedyDecodeThatNeverPicksAnEndToken) {
+  const auto &m = weft_test::tiny();
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    std::mt19937 rng(seed);
+    weft::Executor ex(m, params());
+    std::vector<weft::Conversation> convs;
+    std::vector<std::vector<weft::Token>> prompts;
+    std::vector<weft::Generation> gens;
+    for (int i = 0; i < 4; ++i) {
+      convs.push_back(ex.create());
+      prompts.push_back(random_tokens(rng, m, 3 + static_cast<int>(rng() % 20), true));
+      convs.back().prompt(prompts.back());
+      gens.push_back(convs.back().generate({.max_tokens = 10, .ignore_eos = true}));
+    }
+    run_until_idle(ex);
+    for (int i = 0; i < 4; ++i) {
+      const auto r = gens[i].result();
+      EXPECT_EQ(r.reason, weft::FinishReason::max_tokens) << "seed " << seed << " conversation " << i;
+      ASSERT_EQ(r.tokens.size(), 10u);
+      for (auto t : r.tokens) EXPECT_FALSE(m.is_eog(t));
+      const auto ref = reference_greedy(m, prompts[i], 10, true);
+      ASSERT_GE(ref.size(), 1u);
+      EXPECT_TRUE(std::equal(ref.begin(), ref.end(), r.tokens.begin())) << "seed " << seed << " conversation " << i;
+    }
+  }
+}
+
+TEST(Generation, IgnoreEosWhereOnlyAnEndTokenIsLeftIsAnErrorNotAnEnd) {
+  // "yes" | "no": once complete, the grammar admits only end-of-generation.
+  const auto &m = weft_test::tiny();
+  const weft::SamplerParams yes_no{.grammar = R"(root ::= "yes" | "no")"};
+  std::mt19937 rng(3);
+  weft::Executor ex(m, params());
+  auto plain = ex.create();
+  plain.prompt(random_tokens(rng, m, 6, true));
+  auto ignoring = plain.fork();
+  auto g_plain = plain.generate({.max_tokens = 10, .sampler = yes_no});
+  auto g_ignoring = ignoring.generate({.max_tokens = 10, .sampler = yes_no, .ignore_eos = true});
+  run_until_idle(ex);
+  EXPECT_EQ(g_plain.reason(), weft::FinishReason::end_of_generation);
+  EXPECT_TRUE(m.is_eog(g_plain.result().tokens.back()));
+  const auto r = g_ignoring.result();
+  ASSERT_EQ(r.reason, weft::FinishReason::error) << r.text;
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_EQ(r.error->code(), weft::Errc::invalid_argument);
+  EXPECT_TRUE(r.text == "yes" || r.text == "no") << r.text;
+  for (auto t : r.tokens) EXPECT_FALSE(m.is_eog(t));
+  EXPECT_FALSE(ignoring.error().has_value());  // the conversation goes on
+  ignoring.prompt(std::vector<weft::Token>{m.bos()});
+  run_until_idle(ex);
+  EXPECT_TRUE(ignoring.has_logits());
 }
 
 TEST(Generation, CallbacksRunOnTheSteppingThreadAndStreamTheText) {

@@ -108,6 +108,40 @@ TEST(State, SamplerAndRunningGenerationTravel) {
   EXPECT_EQ(d.sample(), c.sample());
 }
 
+TEST(State, IgnoreEosTravelsWithARunningGeneration) {
+  // "yes" | "no" admits only end-of-generation once complete: with ignore_eos
+  // the generation must end in an error, on the loading executor too.
+  const auto &m = weft_test::tiny();
+  const weft::SamplerParams yes_no{.grammar = R"(root ::= "yes" | "no")"};
+  std::mt19937 rng(21);
+  weft::Executor a(m, params());
+  weft::Executor b(m, params());
+  auto c = a.create();
+  c.prompt(random_tokens(rng, m, 8, true));
+  auto plain = c.fork();
+  auto g = c.generate({.max_tokens = 10, .sampler = yes_no, .ignore_eos = true});
+  auto gp = plain.generate({.max_tokens = 10, .sampler = yes_no});
+  const auto bytes = c.save();
+  const auto plain_bytes = plain.save();
+  // Version 6 only where its field is needed: other states stay readable by a weft that reads 5.
+  EXPECT_EQ(bytes[8], 6);
+  EXPECT_EQ(plain_bytes[8], 5);
+  auto d = b.load(bytes);
+  auto e = b.load(plain_bytes);
+  ASSERT_TRUE(d.generation().has_value());
+  ASSERT_TRUE(e.generation().has_value());
+  auto gd = *d.generation();
+  auto ge = *e.generation();
+  run_until_idle(a);
+  run_until_idle(b);
+  EXPECT_EQ(g.reason(), weft::FinishReason::error);
+  EXPECT_EQ(gd.reason(), weft::FinishReason::error);
+  EXPECT_EQ(gd.result().tokens, g.result().tokens);
+  EXPECT_EQ(gp.reason(), weft::FinishReason::end_of_generation);
+  EXPECT_EQ(ge.reason(), weft::FinishReason::end_of_generation);
+  EXPECT_EQ(ge.result().tokens, gp.result().tokens);
+}
+
 TEST(State, SnapshotRestoresEveryConversation) {
   const auto &m = weft_test::tiny();
   std::mt19937 rng(12);
@@ -353,10 +387,10 @@ TEST(State, BadStateIsRefusedAndTheExecutorUnchanged) {
     const auto crc = weft::detail::crc32(std::span(b).first(b.size() - 4));
     std::memcpy(b.data() + b.size() - 4, &crc, 4);
   };
-  auto v6 = good;
-  v6[8] = 6;
-  fix_crc(v6);
-  EXPECT_TRUE(throws_weft(load(v6), Errc::incompatible, "version 6"));
+  auto v7 = good;
+  v7[8] = 7;
+  fix_crc(v7);
+  EXPECT_TRUE(throws_weft(load(v7), Errc::incompatible, "version 7"));
   // Another model.
   const auto other_path = weft_test::temp_dir("other-model") / "other.gguf";
   weft::make_model({.preset = weft::ModelPreset::tiny, .seed = 99, .out = other_path.string()});

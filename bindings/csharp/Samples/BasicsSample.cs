@@ -30,6 +30,7 @@ namespace Weft.Samples
                 Check.True(model.IsEndOfGeneration(info.Eos), "EOS ends a generation");
 
                 Errors(model, modelPath);
+                IgnoreEos(model);
                 Pressure(model);
                 ManyThreads(model);
             }
@@ -38,6 +39,29 @@ namespace Weft.Samples
         private static ExecutorParams Small(int ctx = 512, int seqs = 4)
         {
             return new ExecutorParams { ContextSize = ctx, BatchSize = 64, MaxSequences = seqs, Threads = 2 };
+        }
+
+        // Where a grammar admits only an end token, IgnoreEos ends the generation
+        // in an error (nothing else may be sampled); without it, at the end token.
+        private static void IgnoreEos(Model model)
+        {
+            using (var ex = new Executor(model, Small()))
+            using (var a = ex.CreateConversation())
+            {
+                a.Prompt("Once upon a time", addBos: true);
+                using (var b = a.Fork())
+                {
+                    var yesNo = new SamplerParams { Grammar = "root ::= \"yes\" | \"no\"" };
+                    using (var ga = a.Generate(new GenerateParams { MaxTokens = 10, Sampler = yesNo, IgnoreEos = true }))
+                    using (var gb = b.Generate(new GenerateParams { MaxTokens = 10, Sampler = yesNo }))
+                    {
+                        while (!ex.Step().Idle) { }
+                        Check.Equal(FinishReason.Error, ga.Reason, "IgnoreEos: no end token to sample");
+                        Check.True(ga.Error != null && ga.Error.Code == Status.InvalidArgument, "IgnoreEos: invalid_argument");
+                        Check.Equal(FinishReason.EndOfGeneration, gb.Reason, "without IgnoreEos: the end token");
+                    }
+                }
+            }
         }
 
         private static void Errors(Model model, string modelPath)

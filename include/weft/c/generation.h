@@ -41,6 +41,10 @@ typedef struct weft_generate_params {
   void *user_data;
   weft_free_fn user_data_free;         // see "Callbacks" in weft.h
   uint32_t max_tokens;                 // >= 1. Default 128
+  // Never sample an end-of-generation token (GenerateParams::ignore_eos):
+  // the generation ends at max_tokens, a stop string, a full context or a
+  // cancel. Default 0. Appended: a struct_size without it means 0.
+  weft_bool ignore_eos;
 } weft_generate_params;
 
 WEFT_C_API weft_status weft_generate_params_init(weft_generate_params *params, size_t struct_size);

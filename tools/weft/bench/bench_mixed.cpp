@@ -245,14 +245,7 @@ class WeftTarget final : public Target {
       }
       const auto reason = l.gen.reason();
       l.produced += static_cast<std::uint32_t>(l.gen.n_tokens());
-      // A random model may sample end-of-generation early; llama-server is
-      // told ignore_eos, so weft goes on from it to the same length.
-      if (reason == weft::FinishReason::end_of_generation && l.produced < l.n_out) {
-        l.gen = l.conv.generate(params(l, l.n_out - l.produced));
-        ++it;
-        continue;
-      }
-      if (reason != weft::FinishReason::max_tokens && reason != weft::FinishReason::end_of_generation) {
+      if (reason != weft::FinishReason::max_tokens) {
         const auto res = l.gen.result();
         l.trace->error = fmt::format("generation ended with {}{}", weft::finish_reason_name(reason),
                                      res.error ? ": " + std::string(res.error->what()) : "");
@@ -315,7 +308,8 @@ class WeftTarget final : public Target {
               trace->chunks.emplace_back(t, 1);
               ++trace->tokens;
               trace->end = t;
-            }};
+            },
+            .ignore_eos = true};  // as llama-server is told
   }
 
   TargetParams p_;

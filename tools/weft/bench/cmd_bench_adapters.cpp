@@ -92,7 +92,7 @@ Run run_weft(const Opts &o, const weft::Model &m, const std::vector<weft::Adapte
     convs.push_back(ex.create());
     convs.back().set_adapters({{adapters[i % groups]}});
     convs.back().prompt(ps[i]);
-    gens.push_back(convs.back().generate({.max_tokens = o.tg}));
+    gens.push_back(convs.back().generate({.max_tokens = o.tg, .ignore_eos = true}));  // as llama-server is told
   }
   std::vector<double> steps;
   for (;;) {
@@ -105,12 +105,13 @@ Run run_weft(const Opts &o, const weft::Model &m, const std::vector<weft::Adapte
         all = false;
         continue;
       }
-      // An end-of-generation token before the length: go on, as ignore_eos.
-      made[i] += static_cast<unsigned>(gens[i].result().tokens.size());
-      if (made[i] < o.tg) {
-        gens[i] = convs[i].generate({.max_tokens = o.tg - made[i]});
-        all = false;
+      const auto res = gens[i].result();
+      if (res.reason != weft::FinishReason::max_tokens) {
+        throw weft::Error(weft::Errc::backend, fmt::format("generation {} ended with {}{}", i,
+                                                           weft::finish_reason_name(res.reason),
+                                                           res.error ? ": " + std::string(res.error->what()) : ""));
       }
+      made[i] = static_cast<unsigned>(res.tokens.size());
     }
     for (unsigned g = 0; g < groups; ++g) {
       if (group_done[g] > 0) continue;

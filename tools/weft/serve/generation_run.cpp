@@ -43,18 +43,15 @@ GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry
       }
       prompt_tokens_ = static_cast<std::uint32_t>(prompt.size());
     }
-    const weft::Model *eog_model = opt_.ignore_eos ? &ctx_.model : nullptr;
-    params.on_token = [ch = ch_, eog_model, every = opt_.every_token](weft::Token t, std::string_view text) {
-      const bool eog = eog_model != nullptr && eog_model->is_eog(t);
+    params.ignore_eos = opt_.ignore_eos;
+    params.on_token = [ch = ch_, every = opt_.every_token](weft::Token, std::string_view text) {
       {
         std::lock_guard lk(ch->mu);
         ch->text.append(text);
         ++ch->tokens;
-        ch->eog = ch->eog || eog;
       }
-      if (!text.empty() || every || eog) ch->cv.notify_all();
+      if (!text.empty() || every) ch->cv.notify_all();
     };
-    params_ = params;
     gen_ = entry_->conv.generate(params);
     entry_->set_generation(gen_);
   } catch (...) {
@@ -75,7 +72,7 @@ GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry
 GenerationRun::~GenerationRun() {
   if (!claimed_) return;
   if (!gen_.done()) gen_.cancel();
-  ctx_.counters.completion_tokens += prior_tokens_.size() + gen_.n_tokens();
+  ctx_.counters.completion_tokens += gen_.n_tokens();
   entry_->release();
   --ctx_.active_runs;
 }
@@ -97,64 +94,27 @@ void GenerationRun::cancel(RunEnd why) {
   if (why == RunEnd::disconnect) ++ctx_.counters.disconnects;
 }
 
-bool GenerationRun::continue_after_eog() {
-  if (!opt_.ignore_eos || end_ != RunEnd::normal) return false;
-  {
-    std::lock_guard lk(ch_->mu);
-    if (!ch_->eog) return false;
-  }
-  // The end-of-generation token's callback returns just before done() turns true.
-  if (!gen_.wait_for(std::chrono::milliseconds(50))) return false;
-  {
-    std::lock_guard lk(ch_->mu);
-    ch_->eog = false;
-  }
-  const auto r = gen_.result();
-  const auto so_far = prior_tokens_.size() + r.tokens.size();
-  if (r.reason != weft::FinishReason::end_of_generation || so_far >= params_.max_tokens) return false;
-  weft::GenerateParams p = params_;
-  p.max_tokens = params_.max_tokens - static_cast<std::uint32_t>(so_far);
-  weft::Generation next;
-  try {
-    next = entry_->conv.generate(p);
-  } catch (const weft::Error &) {
-    return false;  // e.g. the context is full: the run ends at its end-of-generation token
-  }
-  prior_tokens_.insert(prior_tokens_.end(), r.tokens.begin(), r.tokens.end());
-  prior_text_ += r.text;
-  gen_ = next;
-  entry_->set_generation(gen_);
-  ctx_.stepper->wake();
-  return true;
-}
-
 std::string GenerationRun::next(std::chrono::milliseconds wait) {
   enforce_limits();
-  continue_after_eog();
   std::unique_lock lk(ch_->mu);
   // The final token's callback returns before done() turns true, so a short
   // wait and a second look never lose text.
   if (ch_->text.empty() && !gen_.done())
     ch_->cv.wait_for(lk, wait, [&] {
-      return !ch_->text.empty() || ch_->eog || (opt_.every_token && ch_->tokens != taken_);
+      return !ch_->text.empty() || (opt_.every_token && ch_->tokens != taken_);
     });
   taken_ = ch_->tokens;
   return std::exchange(ch_->text, std::string());
 }
 
 bool GenerationRun::finished() {
-  if (!gen_.done() || continue_after_eog()) return false;
+  if (!gen_.done()) return false;
   std::lock_guard lk(ch_->mu);
   return ch_->text.empty() && taken_ == ch_->tokens;
 }
 
 RunOutcome GenerationRun::outcome() const {
-  RunOutcome o{.result = gen_.result(), .end = end_, .prompt_tokens = prompt_tokens_};
-  if (!prior_tokens_.empty()) {
-    o.result.tokens.insert(o.result.tokens.begin(), prior_tokens_.begin(), prior_tokens_.end());
-    o.result.text.insert(0, prior_text_);
-  }
-  return o;
+  return RunOutcome{.result = gen_.result(), .end = end_, .prompt_tokens = prompt_tokens_};
 }
 
 RunOutcome wait_run(GenerationRun &run) {

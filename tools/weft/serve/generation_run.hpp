@@ -33,8 +33,7 @@ struct RunOutcome {
 const char *finish_reason_word(weft::FinishReason r);
 
 struct RunOptions {
-  // After an end-of-generation token, generate again (the token stays in the
-  // conversation) until params.max_tokens tokens in all.
+  // Never sample an end-of-generation token (GenerateParams::ignore_eos).
   bool ignore_eos = false;
   // next() returns on every token, not only on released text, so a stream
   // can report token counts as they grow.
@@ -56,8 +55,7 @@ class GenerationRun {
   // Text released since the last call; waits up to `wait` when there is
   // none yet. Also enforces the deadline and shutdown.
   std::string next(std::chrono::milliseconds wait);
-  // Tokens sampled whose text next() has handed out (all runs of an
-  // ignore_eos request).
+  // Tokens sampled whose text next() has handed out.
   std::uint32_t tokens_taken() const { return taken_; }
   // The generation ended and next() has handed out all its text.
   bool finished();
@@ -72,22 +70,15 @@ class GenerationRun {
     std::mutex mu;
     std::condition_variable cv;
     std::string text;
-    std::uint32_t tokens = 0;  // sampled so far, all runs
-    bool eog = false;          // an end-of-generation token arrived (ignore_eos)
+    std::uint32_t tokens = 0;  // sampled so far
   };
   void enforce_limits();
-  // ignore_eos: starts the next run when this one ended at an
-  // end-of-generation token short of max_tokens; true when it did.
-  bool continue_after_eog();
 
   ServeContext &ctx_;
   std::shared_ptr<ConvEntry> entry_;
   std::shared_ptr<Channel> ch_ = std::make_shared<Channel>();
   weft::Generation gen_;
-  weft::GenerateParams params_;
   RunOptions opt_;
-  std::vector<weft::Token> prior_tokens_;  // earlier runs (ignore_eos)
-  std::string prior_text_;
   std::uint32_t taken_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::uint32_t prompt_tokens_ = 0;
