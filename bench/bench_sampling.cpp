@@ -1,7 +1,10 @@
-// Cost of one greedy sample over a 32000-token vocabulary (the tiny model's
-// SPM tokenizer, generated into a temp file): Sampler::sample() (the argmax
-// fast path), Sampler::sample_chain() (candidate array + llama.cpp's chain),
-// a plain std::max_element, and the per-token logit copy a step makes.
+// Cost of one sample over a 32000-token vocabulary (the tiny model's SPM
+// tokenizer, generated into a temp file). Greedy: Sampler::sample() (the
+// argmax fast path), Sampler::sample_chain() (candidate array + llama.cpp's
+// chain), a plain std::max_element, and the per-token logit copy a step
+// makes. At a temperature (top_k 40, top_p 0.95, 0.8): weft's Sampler beside
+// llama.cpp's own sampler chain fed as llama.cpp's common sampler feeds it
+// (a fresh candidate array per token).
 // Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true.
 #include <benchmark/benchmark.h>
 
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "core/sampling.hpp"
+#include "llama.h"
 #include "weft/make_model.hpp"
 #include "weft/model.hpp"
 
@@ -69,10 +73,47 @@ void BM_LogitCopy(benchmark::State &state) {
   }
 }
 
+constexpr float kTemp = 0.8f, kTopP = 0.95f;
+constexpr int kTopK = 40;
+
+void BM_SampleTemperatureWeft(benchmark::State &state) {
+  weft::detail::Sampler s(model(), {.temperature = kTemp, .top_k = kTopK, .top_p = kTopP, .seed = 1});
+  const auto set = logit_set();
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const auto t = s.sample(set[i++ % set.size()]);
+    s.accept(t);
+    benchmark::DoNotOptimize(t);
+  }
+}
+
+void BM_SampleTemperatureLlamaChain(benchmark::State &state) {
+  llama_sampler *chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+  llama_sampler_chain_add(chain, llama_sampler_init_top_k(kTopK));
+  llama_sampler_chain_add(chain, llama_sampler_init_top_p(kTopP, 1));
+  llama_sampler_chain_add(chain, llama_sampler_init_temp(kTemp));
+  llama_sampler_chain_add(chain, llama_sampler_init_dist(1));
+  const auto set = logit_set();
+  std::vector<llama_token_data> cur(set.front().size());
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const auto &lg = set[i++ % set.size()];
+    for (std::size_t t = 0; t < lg.size(); ++t) cur[t] = {static_cast<llama_token>(t), lg[t], 0.0f};
+    llama_token_data_array arr{cur.data(), cur.size(), -1, false};
+    llama_sampler_apply(chain, &arr);
+    const llama_token tok = arr.data[arr.selected].id;
+    llama_sampler_accept(chain, tok);
+    benchmark::DoNotOptimize(tok);
+  }
+  llama_sampler_free(chain);
+}
+
 }  // namespace
 
 BENCHMARK(BM_SampleGreedyFast);
 BENCHMARK(BM_SampleGreedyChain);
 BENCHMARK(BM_MaxElement);
 BENCHMARK(BM_LogitCopy);
+BENCHMARK(BM_SampleTemperatureWeft);
+BENCHMARK(BM_SampleTemperatureLlamaChain);
 BENCHMARK_MAIN();

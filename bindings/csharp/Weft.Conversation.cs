@@ -61,6 +61,11 @@ namespace Weft
         // Never sample an end-of-generation token: the generation ends at
         // MaxTokens, a stop string, a full context or Cancel().
         public bool IgnoreEos;
+        // Once, when the generation ends, with its reason: on the stepping
+        // thread after its last OnToken (at the end of that step, or of the
+        // next one when Cancel, a rewind or a dispose on another thread ended
+        // it). Must not call Step.
+        public Action<FinishReason> OnFinish;
     }
 
     // One dialogue: history in the shared KV cache, queued input, logits, a
@@ -215,11 +220,12 @@ namespace Weft
                     n.stop = mem.PointerArray(ptrs);
                     n.n_stop = Native.Size(ptrs.Length);
                 }
-                if (p.OnToken != null)
+                if (p.OnToken != null || p.OnFinish != null)
                 {
-                    sink = new TokenSink { OnToken = p.OnToken };
+                    sink = new TokenSink { OnToken = p.OnToken, OnFinish = p.OnFinish };
                     ud = Trampolines.Pin(sink);
-                    n.on_token = Trampolines.Token;
+                    if (p.OnToken != null) n.on_token = Trampolines.Token;
+                    if (p.OnFinish != null) n.on_finish = Trampolines.Finish;
                     n.user_data = ud;
                     n.user_data_free = Trampolines.Free;  // weft frees the GCHandle after the last call
                 }

@@ -60,6 +60,7 @@ namespace Weft
     internal sealed class TokenSink
     {
         public Action<int, string> OnToken;
+        public Action<FinishReason> OnFinish;
         public int Calls;           // under lock(this)
         public Exception Error;     // the first exception the callback threw
     }
@@ -76,6 +77,7 @@ namespace Weft
         private static readonly ProgressFn ProgressDelegate = OnProgress;
         private static readonly PressureFn PressureDelegate = OnPressure;
         private static readonly TokenFn TokenDelegate = OnToken;
+        private static readonly FinishFn FinishDelegate = OnFinish;
         private static readonly SaveFn SaveDelegate = OnSaved;
 
         public static readonly IntPtr Free = Marshal.GetFunctionPointerForDelegate(FreeDelegate);
@@ -83,6 +85,7 @@ namespace Weft
         public static readonly IntPtr Progress = Marshal.GetFunctionPointerForDelegate(ProgressDelegate);
         public static readonly IntPtr Pressure = Marshal.GetFunctionPointerForDelegate(PressureDelegate);
         public static readonly IntPtr Token = Marshal.GetFunctionPointerForDelegate(TokenDelegate);
+        public static readonly IntPtr Finish = Marshal.GetFunctionPointerForDelegate(FinishDelegate);
         public static readonly IntPtr Saved = Marshal.GetFunctionPointerForDelegate(SaveDelegate);
 
         // save_async callbacks so far (the samples check one per SaveAsync).
@@ -155,6 +158,21 @@ namespace Weft
                         Monitor.PulseAll(sink);
                     }
                 }
+            }
+        }
+
+        [MonoPInvokeCallback(typeof(FinishFn))]
+        private static void OnFinish(int reason, IntPtr userData)
+        {
+            TokenSink sink = null;
+            try
+            {
+                sink = (TokenSink)GCHandle.FromIntPtr(userData).Target;
+                sink.OnFinish((FinishReason)reason);
+            }
+            catch (Exception e)
+            {
+                if (sink != null && sink.Error == null) sink.Error = e;
             }
         }
 

@@ -238,6 +238,7 @@ namespace Weft
         public IntPtr on_token, user_data, user_data_free;
         public uint max_tokens;
         public int ignore_eos;
+        public IntPtr on_finish;
     }
 
     // An element of weft_conversation_set_adapters' array: each carries its size.
@@ -262,6 +263,8 @@ namespace Weft
     internal delegate void PressureFn(IntPtr conversation, uint neededCells, uint freeCells, IntPtr userData);
     [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
     internal delegate void TokenFn(int token, IntPtr text, UIntPtr len, IntPtr userData);
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate void FinishFn(int reason, IntPtr userData);
     [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
     internal delegate void SaveFn(Status status, IntPtr bytes, IntPtr message, IntPtr userData);
 }

@@ -242,6 +242,11 @@ struct WorkerParams {
   // generation, a cleared error, freed cells) wakes the worker at once.
   // Default 100 ms. Must be > 0.
   std::chrono::milliseconds idle_wait{100};
+  // Called on the worker thread after every step it runs, with that step's
+  // result (a step that found nothing to do included: StepResult::idle),
+  // e.g. for a step time histogram. Default none. Must not throw (a throw
+  // is ignored) nor call step(); it may call stop().
+  std::function<void(const StepResult &result)> on_step;
 };
 
 enum class EventKind {
@@ -274,6 +279,7 @@ struct ExecutorStats {
   std::uint64_t tokens_sampled = 0;
   std::uint64_t decode_failures = 0;
   std::uint64_t deadline_stops = 0;  // steps cut short by a hard deadline
+  std::uint64_t worker_errors = 0;   // worker steps that threw (a weft bug; it carried on)
   // Residency: resident ones hold a slot (or have nothing decoded); parked
   // ones keep their KV data in RAM, on disk, or only as tokens (recompute).
   std::uint32_t resident = 0;
@@ -440,6 +446,10 @@ class WEFT_API Executor {
   // `tokens` is not pinned.
   bool unpin_prefix(std::span<const Token> tokens);
 
+  // The KV cache's cells: ExecutorParams::n_ctx as llama.cpp rounded it up
+  // (stats().n_ctx without taking the state lock). A conversation holds at
+  // most n_ctx() tokens.
+  std::uint32_t n_ctx() const;
   // Free KV cells now (cells referenced by several forks count once; the
   // prefix cache's count as free).
   std::uint32_t cells_free() const;

@@ -35,6 +35,18 @@ enum class FinishReason {
 
 WEFT_API const char *finish_reason_name(FinishReason reason) noexcept;
 
+struct GenerationResult {
+  // Every sampled token, including the final one (an end-of-generation token
+  // too). All of them are part of the conversation: the last is decoded at
+  // the next step, so the conversation can go on from it.
+  std::vector<Token> tokens;
+  // The released text, cut before a matched stop string.
+  std::string text;
+  FinishReason reason = FinishReason::running;
+  // Set when reason == error.
+  std::optional<Error> error;
+};
+
 struct GenerateParams {
   // Tokens to produce at most. Default 128. Must be >= 1.
   std::uint32_t max_tokens = 128;
@@ -53,18 +65,13 @@ struct GenerateParams {
   // llama-server's ignore_eos): the generation ends at max_tokens, a stop
   // string, a full context or a cancel. Default false.
   bool ignore_eos = false;
-};
-
-struct GenerationResult {
-  // Every sampled token, including the final one (an end-of-generation token
-  // too). All of them are part of the conversation: the last is decoded at
-  // the next step, so the conversation can go on from it.
-  std::vector<Token> tokens;
-  // The released text, cut before a matched stop string.
-  std::string text;
-  FinishReason reason = FinishReason::running;
-  // Set when reason == error.
-  std::optional<Error> error;
+  // Called once when the generation ends, with its final result (reason,
+  // tokens, text, error): on the stepping thread, after its last on_token,
+  // at the end of the step in which it ended — or of the next step when a
+  // call on another thread ended it (cancel(), rewind, dispose), or in the
+  // executor's destructor. done() is already true; no weft lock is held.
+  // Default none. Must not throw (a throw is ignored) nor call step().
+  std::function<void(const GenerationResult &result)> on_finish;
 };
 
 namespace detail {

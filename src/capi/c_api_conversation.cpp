@@ -68,10 +68,11 @@ weft_generate_params generate_defaults() {
   p.user_data_free = nullptr;
   p.max_tokens = d.max_tokens;
   p.ignore_eos = d.ignore_eos ? 1 : 0;
+  p.on_finish = nullptr;
   return p;
 }
 
-// Before `ignore_eos` was appended, and now.
+// Before `ignore_eos` and `on_finish` were appended, and now.
 const std::initializer_list<std::size_t> kGenerateParamsSizes = {offsetof(weft_generate_params, ignore_eos),
                                                                  sizeof(weft_generate_params)};
 
@@ -267,12 +268,17 @@ weft_status weft_conversation_generate(weft_conversation *conversation, const we
       gp.stop.emplace_back(cstr_arg(p.stop[i], name.c_str()));
     }
     std::shared_ptr<UserData> ud;
+    if (p.on_token != nullptr || p.on_finish != nullptr) ud = std::make_shared<UserData>(p.user_data, p.user_data_free);
     if (p.on_token != nullptr) {
-      ud = std::make_shared<UserData>(p.user_data, p.user_data_free);
       gp.on_token = [cb = p.on_token, ud](weft::Token token, std::string_view text) {
         thread_local std::string buf;  // the callback gets NUL-terminated text
         buf.assign(text);
         cb(token, buf.c_str(), buf.size(), ud->data());
+      };
+    }
+    if (p.on_finish != nullptr) {
+      gp.on_finish = [cb = p.on_finish, ud](const weft::GenerationResult &r) {
+        cb(static_cast<std::int32_t>(r.reason), ud->data());
       };
     }
     auto gen = std::make_shared<weft::Generation>(c->generate(gp));

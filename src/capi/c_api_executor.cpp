@@ -64,11 +64,34 @@ weft_step_budget budget_defaults() {
   return b;
 }
 
+// Before `on_step` and its user data were appended, and now.
+const std::initializer_list<std::size_t> kWorkerParamsSizes = {offsetof(weft_worker_params, on_step),
+                                                               sizeof(weft_worker_params)};
+
+weft_step_result step_result_to_c(const weft::StepResult &r) {
+  weft_step_result c{};
+  c.struct_size = sizeof c;
+  c.seconds = r.seconds;
+  c.decode_seconds = r.decode_seconds;
+  c.tokens_decoded = r.tokens_decoded;
+  c.conversations = r.conversations;
+  c.tokens_sampled = r.tokens_sampled;
+  c.decode_calls = r.decode_calls;
+  c.failed = r.failed;
+  c.blocked = r.blocked;
+  c.idle = r.idle ? 1 : 0;
+  c.deadline_hit = r.deadline_hit ? 1 : 0;
+  return c;
+}
+
 weft_worker_params worker_defaults() {
   weft_worker_params w{};
   w.struct_size = sizeof w;
   w.budget = nullptr;
   w.idle_wait_ms = static_cast<uint32_t>(WorkerParams{}.idle_wait.count());
+  w.on_step = nullptr;
+  w.user_data = nullptr;
+  w.user_data_free = nullptr;
   return w;
 }
 
@@ -189,18 +212,7 @@ weft_status weft_executor_step(weft_executor *executor, const weft_step_budget *
     if (out != nullptr) check_struct_size("weft_step_result", out->struct_size, {sizeof(weft_step_result)});
     const weft::StepResult r = ex->step(to_budget(budget, false));
     if (out == nullptr) return;
-    weft_step_result c{};
-    c.seconds = r.seconds;
-    c.decode_seconds = r.decode_seconds;
-    c.tokens_decoded = r.tokens_decoded;
-    c.conversations = r.conversations;
-    c.tokens_sampled = r.tokens_sampled;
-    c.decode_calls = r.decode_calls;
-    c.failed = r.failed;
-    c.blocked = r.blocked;
-    c.idle = r.idle ? 1 : 0;
-    c.deadline_hit = r.deadline_hit ? 1 : 0;
-    write_struct(out, "weft_step_result", c, {sizeof(weft_step_result)});
+    write_struct(out, "weft_step_result", step_result_to_c(r), {sizeof(weft_step_result)});
   });
 }
 
@@ -296,11 +308,19 @@ weft_status weft_executor_cells_free(const weft_executor *executor, uint32_t *ou
   });
 }
 
+weft_status weft_executor_n_ctx(const weft_executor *executor, uint32_t *out) {
+  return guarded(__func__, [&] {
+    auto ex = get<weft::Executor>(executor, Kind::executor);
+    need(out, "out");
+    *out = ex->n_ctx();
+  });
+}
+
 // --- Worker --------------------------------------------------------------------
 
 weft_status weft_worker_params_init(weft_worker_params *params, size_t struct_size) {
   return guarded(__func__, [&] {
-    init_struct(params, struct_size, "weft_worker_params", worker_defaults(), {sizeof(weft_worker_params)});
+    init_struct(params, struct_size, "weft_worker_params", worker_defaults(), kWorkerParamsSizes);
   });
 }
 
@@ -308,11 +328,20 @@ weft_status weft_executor_start(weft_executor *executor, const weft_worker_param
   return guarded(__func__, [&] {
     auto ex = get<weft::Executor>(executor, Kind::executor);
     weft_worker_params p = worker_defaults();
-    if (params != nullptr) read_struct(params, "weft_worker_params", p, {sizeof(weft_worker_params)});
+    if (params != nullptr) read_struct(params, "weft_worker_params", p, kWorkerParamsSizes);
     weft::WorkerParams wp;
     if (p.budget != nullptr) wp.budget = to_budget(p.budget, true);
     wp.idle_wait = std::chrono::milliseconds(p.idle_wait_ms);
+    std::shared_ptr<UserData> ud;
+    if (p.on_step != nullptr) {
+      ud = std::make_shared<UserData>(p.user_data, p.user_data_free);
+      wp.on_step = [cb = p.on_step, ud](const weft::StepResult &r) {
+        const weft_step_result c = step_result_to_c(r);
+        cb(&c, ud->data());
+      };
+    }
     ex->start(wp);
+    if (ud) ud->arm();
   });
 }
 

@@ -153,13 +153,16 @@ void Sampler::check_size(std::span<const float> logits) const {
 }
 
 Token Sampler::sample(std::span<const float> logits, bool ban_eog) {
-  if (ban_eog && !model_.impl()->eog.empty()) {
-    check_size(logits);
-    masked_.assign(logits.begin(), logits.end());
-    for (const std::int32_t t : model_.impl()->eog) masked_[static_cast<std::size_t>(t)] = -INFINITY;
-    logits = masked_;
-  }
-  return fast_greedy_ ? sample_argmax(logits) : sample_chain(logits);
+  const auto &eog = model_.impl()->eog;
+  ban_eog = ban_eog && !eog.empty();
+  if (!fast_greedy_) return sample_chain(logits, ban_eog);
+  const Token t = sample_argmax(logits);
+  if (!ban_eog || std::find(eog.begin(), eog.end(), t) == eog.end()) return t;
+  // The argmax is an end token: the best of the rest, from a masked copy
+  // (rare, so the common case copies nothing).
+  masked_.assign(logits.begin(), logits.end());
+  for (const std::int32_t e : eog) masked_[static_cast<std::size_t>(e)] = -INFINITY;
+  return sample_argmax(masked_);
 }
 
 Token Sampler::sample_argmax(std::span<const float> logits) const {
@@ -216,16 +219,19 @@ Token Sampler::sample_argmax(std::span<const float> logits) const {
   return static_cast<Token>(at);
 }
 
-Token Sampler::sample_chain(std::span<const float> logits) {
+Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
   check_size(logits);
   cur_.resize(logits.size());  // once: then reused
-  float max_logit = -INFINITY;
   for (std::size_t i = 0; i < cur_.size(); ++i) {
     const float l = logits[i];
     if (std::isnan(l)) fail(Errc::invalid_argument, fmt::format("logits[{}] is NaN", i));
-    max_logit = l > max_logit ? l : max_logit;
     cur_[i] = llama_token_data{static_cast<llama_token>(i), l, 0.0f};
   }
+  if (ban_eog) {
+    for (const std::int32_t e : model_.impl()->eog) cur_[static_cast<std::size_t>(e)].logit = -INFINITY;
+  }
+  float max_logit = -INFINITY;
+  for (const auto &c : cur_) max_logit = c.logit > max_logit ? c.logit : max_logit;
   if (max_logit == -INFINITY) fail(Errc::invalid_argument, "every logit is -inf: no token can be sampled");
 
   llama_token_data_array arr{cur_.data(), cur_.size(), -1, false};

@@ -71,7 +71,7 @@ class Sampler {
   Token sample(std::span<const float> logits, bool ban_eog = false);
   // sample() through the full llama.cpp chain, never the fast path. For tests
   // and benchmarks that compare the two.
-  Token sample_chain(std::span<const float> logits);
+  Token sample_chain(std::span<const float> logits, bool ban_eog = false);
   // Whether sample() takes the argmax fast path (see above).
   bool greedy_fast_path() const noexcept { return fast_greedy_; }
 

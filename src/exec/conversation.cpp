@@ -14,8 +14,11 @@ ConvHandle::~ConvHandle() {
   if (id == 0) return;  // let go of on purpose (a pinned prefix)
   // The last user handle is gone: nobody can reach the conversation again.
   try {
-    std::lock_guard lock(core->mu);
-    core->dispose_id_locked(id);
+    {
+      std::lock_guard lock(core->mu);
+      core->dispose_id_locked(id);
+    }
+    core->notify_work();  // freed cells, an on_finish to run
   } catch (...) {
     // A destructor must not throw; locking cannot fail in practice.
   }

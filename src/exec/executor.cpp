@@ -241,19 +241,22 @@ Executor::~Executor() {
   // goes away. (From a callback on the stepping thread, that step is ours.)
   std::unique_lock<std::mutex> step;
   if (core_->stepping.load() != std::this_thread::get_id()) step = std::unique_lock(core_->step_mu);
-  std::lock_guard guard(core_->mu);
-  // Handles may outlive us: end generations, free the context now, and make
-  // every later operation on them throw Errc::disposed.
-  for (auto &[id, c] : core_->convs.all) core_->finish_generation_locked(*c, FinishReason::cancelled);
-  core_->convs.all.clear();
-  core_->convs.dirty.clear();
-  core_->convs.live = 0;
-  core_->closed = true;
-  // Joined: waits for at most the image being encoded (its thread never
-  // takes the state lock).
-  core_->encoder.reset();
-  core_->run_boundary_tasks_locked();  // a pending save learns it is disposed
-  core_->free_context();
+  {
+    std::lock_guard guard(core_->mu);
+    // Handles may outlive us: end generations, free the context now, and
+    // make every later operation on them throw Errc::disposed.
+    for (auto &[id, c] : core_->convs.all) core_->finish_generation_locked(*c, FinishReason::cancelled);
+    core_->convs.all.clear();
+    core_->convs.dirty.clear();
+    core_->convs.live = 0;
+    core_->closed = true;
+    // Joined: waits for at most the image being encoded (its thread never
+    // takes the state lock).
+    core_->encoder.reset();
+    core_->run_boundary_tasks_locked();  // a pending save learns it is disposed
+    core_->free_context();
+  }
+  core_->deliver_finished();
 }
 
 Executor::Executor(Executor &&) noexcept = default;
@@ -266,6 +269,8 @@ Executor &Executor::operator=(Executor &&other) noexcept {
 }
 
 StepResult Executor::step(const StepBudget &budget) { return detail::live_core(core_).step(budget); }
+
+std::uint32_t Executor::n_ctx() const { return detail::live_core(core_).n_ctx; }
 
 std::uint32_t Executor::cells_free() const {
   auto &core = detail::live_core(core_);
@@ -289,7 +294,7 @@ void Executor::start(const WorkerParams &params) {
   }
   std::lock_guard lock(c.mu);
   if (c.closed) detail::fail(Errc::disposed, "the executor was destroyed");
-  c.worker.start([&c, budget = wp.budget] { return c.step(budget); }, wp.idle_wait);
+  c.worker.start([&c, budget = wp.budget] { return c.step(budget); }, wp.idle_wait, std::move(wp.on_step));
 }
 
 void Executor::stop() {
@@ -352,6 +357,7 @@ ExecutorStats Executor::stats() const {
   s.tokens_sampled = c.stats.tokens_sampled;
   s.decode_failures = c.stats.decode_failures;
   s.deadline_stops = c.stats.deadline_stops;
+  s.worker_errors = c.worker.errors();
   s.events_dropped = c.events.dropped();
   s.worker_running = c.worker.running();
   s.predicted_ms_per_token = c.cost.predict(1, 0) * 1e3;

@@ -212,6 +212,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // Swapping hands the old buffers back here: no allocation in steady state.
   std::vector<std::vector<float>> staging;
   std::vector<TokenCallback> callbacks;
+  // Ended generations with an on_finish to run (under mu), run by
+  // deliver_finished() with no lock held.
+  std::vector<std::shared_ptr<GenState>> finished;
   std::vector<std::uint64_t> parks_asked;  // reconcile's scratch
   std::map<std::vector<Token>, std::uint64_t> pins;  // pinned prefix -> its Conv
   // Work that needs a step boundary (a save while a step runs): run, under
@@ -335,6 +338,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
                                        bool publish = true);
   void post_error_locked(Conv &c, Error e);
   void deliver_callbacks();
+  // Runs the on_finish of every generation in `finished`; no lock held.
+  void deliver_finished();
 
   StepResult step(const StepBudget &budget);
 };

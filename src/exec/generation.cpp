@@ -98,6 +98,7 @@ void Generation::cancel() {
     detail::Conv *c = core->convs.find(state_->conv_id);
     if (c != nullptr && c->gen == state_) {
       core->finish_generation_locked(*c, FinishReason::cancelled);
+      if (state_->params.on_finish) core->notify_work();  // the worker's next step runs it
       return;
     }
   }

@@ -61,6 +61,8 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   if (budget.deadline && *budget.deadline <= t0) {
     result.deadline_hit = true;  // already late: decode nothing
     ++stats.deadline_stops;
+    lock.unlock();
+    deliver_finished();  // ended by game threads' calls since the last step
     return result;
   }
   ++stats.steps;
@@ -101,6 +103,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   }
   lock.unlock();
   deliver_callbacks();
+  deliver_finished();
   lock.lock();
   if (!boundary_tasks.empty()) {
     // A save asked for during the step (its callbacks included): the

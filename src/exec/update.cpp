@@ -71,6 +71,7 @@ std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason,
     }
   }
   if (publish) gen->cv.notify_all();
+  if (gen->params.on_finish) finished.push_back(gen);
   events.post({.kind = EventKind::finished,
                .conversation = c.id,
                .generation = Generation(gen),
@@ -193,6 +194,26 @@ void ExecutorCore::deliver_callbacks() {
     }
   }
   callbacks.clear();
+}
+
+void ExecutorCore::deliver_finished() {
+  std::vector<std::shared_ptr<GenState>> ended;
+  {
+    std::lock_guard lock(mu);
+    ended.swap(finished);
+  }
+  for (auto &gen : ended) {
+    GenerationResult result;
+    {
+      std::lock_guard lock(gen->mu);
+      result = gen->result;
+    }
+    try {
+      gen->params.on_finish(result);
+    } catch (...) {
+      // Documented: ignored; the generation has ended already.
+    }
+  }
 }
 
 }  // namespace weft::detail

@@ -4,15 +4,19 @@
 
 namespace weft::detail {
 
-void Worker::start(std::function<StepResult()> step, std::chrono::milliseconds idle_wait) {
+void Worker::start(std::function<StepResult()> step, std::chrono::milliseconds idle_wait,
+                   std::function<void(const StepResult &)> on_step) {
   std::lock_guard lock(mu_);
   if (thread_.joinable()) fail(Errc::invalid_argument, "the worker is already running");
   stop_ = false;
   pending_ = true;
-  thread_ = std::thread([this, step = std::move(step), idle_wait] { loop(step, idle_wait); });
+  thread_ = std::thread([this, step = std::move(step), idle_wait, on_step = std::move(on_step)] {
+    loop(step, idle_wait, on_step);
+  });
 }
 
-void Worker::loop(const std::function<StepResult()> &step, std::chrono::milliseconds idle_wait) {
+void Worker::loop(const std::function<StepResult()> &step, std::chrono::milliseconds idle_wait,
+                  const std::function<void(const StepResult &)> &on_step) {
   for (;;) {
     StepResult r;
     try {
@@ -20,7 +24,15 @@ void Worker::loop(const std::function<StepResult()> &step, std::chrono::millisec
     } catch (const Error &e) {
       if (e.code() == Errc::disposed) return;  // the executor is going away
       // Anything else is a bug in weft; keep serving the other conversations.
-      r.idle = true;
+      errors_.fetch_add(1);
+      r = StepResult{.idle = true};
+    }
+    if (on_step) {
+      try {
+        on_step(r);
+      } catch (...) {
+        // Documented: ignored.
+      }
     }
     std::unique_lock lock(mu_);
     if (stop_) return;

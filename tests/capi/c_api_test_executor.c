@@ -133,7 +133,30 @@ void test_budget_zero_is_n_batch(void) {
   CHECK_OK(weft_model_free(m));
 }
 
-/* The worker steps; this thread only polls events, as a game's main thread. */
+/* Counted by the worker's on_step and each generation's on_finish; read by
+   this thread only after weft_executor_stop joined the worker. */
+typedef struct {
+  int calls, bad, freed;
+  uint64_t sampled;
+} Counted;
+
+static void count_step(const weft_step_result *r, void *user_data) {
+  Counted *s = (Counted *)user_data;
+  ++s->calls;
+  s->sampled += r->tokens_sampled;
+  if (r->struct_size != sizeof *r) ++s->bad;
+}
+
+static void count_finish(int32_t reason, void *user_data) {
+  Counted *f = (Counted *)user_data;
+  ++f->calls;
+  if (reason != WEFT_FINISH_MAX_TOKENS) ++f->bad;
+}
+
+static void counted_free(void *user_data) { ++((Counted *)user_data)->freed; }
+
+/* The worker steps; this thread only polls events, as a game's main thread.
+   on_step sees every step; on_finish ends each generation once. */
 void test_worker_and_events(void) {
   enum { N = 4, MAXT = 10 };
   weft_model *m = load_tiny();
@@ -152,7 +175,11 @@ void test_worker_and_events(void) {
   int finished[N], finished_total = 0, i;
   double t0;
   weft_event ev;
+  Counted steps, ends[N];
+  uint32_t n_ctx = 0;
   if (!m) return;
+  memset(&steps, 0, sizeof steps);
+  memset(ends, 0, sizeof ends);
   CHECK_OK(weft_executor_params_init(&p, sizeof p));
   p.n_ctx = 1024;
   p.n_batch = 64;
@@ -160,9 +187,16 @@ void test_worker_and_events(void) {
   p.n_threads = 2;
   p.events = 1;
   CHECK_OK(weft_executor_create(m, &p, &ex));
+  CHECK_OK(weft_executor_n_ctx(ex, &n_ctx));
+  CHECK(n_ctx == 1024);
+  CHECK_ERR(weft_executor_n_ctx(ex, NULL), WEFT_ERR_NULL_ARG, "out");
   CHECK_OK(weft_generate_params_init(&gp, sizeof gp));
+  CHECK(gp.on_finish == NULL);
   gp.max_tokens = MAXT;
+  gp.on_finish = count_finish;
+  gp.user_data_free = counted_free;
   for (i = 0; i < N; ++i) {
+    gp.user_data = &ends[i];
     char prompt[32];
     int len = sprintf(prompt, "NPC %d says:", i);
     CHECK_OK(weft_conversation_create(ex, &c[i]));
@@ -180,6 +214,10 @@ void test_worker_and_events(void) {
   wb.deadline_us = 0;
   wb.max_tokens = 16;
   wp.idle_wait_ms = 5;
+  CHECK(wp.on_step == NULL);
+  wp.on_step = count_step;
+  wp.user_data = &steps;
+  wp.user_data_free = counted_free;
   CHECK_OK(weft_executor_start(ex, &wp));
   CHECK_ERR(weft_executor_start(ex, NULL), WEFT_ERR_INVALID_ARGUMENT, "");
   CHECK_OK(weft_executor_is_running(ex, &running));
@@ -240,6 +278,13 @@ void test_worker_and_events(void) {
   CHECK(st.worker_running == 1 && st.events_dropped == 0 && st.tokens_sampled == N * MAXT);
   CHECK_OK(weft_executor_stop(ex));
   CHECK_OK(weft_executor_stop(ex)); /* idempotent */
+  /* Joined: every step it ran was counted, and its user_data let go. */
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  CHECK_OK(weft_executor_get_stats(ex, &st));
+  CHECK(steps.calls >= 1 && (uint64_t)steps.calls == st.steps && steps.sampled == N * MAXT);
+  CHECK(steps.bad == 0 && steps.freed == 1);
+  for (i = 0; i < N; ++i) CHECK(ends[i].calls == 1 && ends[i].bad == 0 && ends[i].freed == 0);
   CHECK_OK(weft_executor_is_running(ex, &running));
   CHECK(running == 0);
 
@@ -280,6 +325,8 @@ void test_worker_and_events(void) {
     CHECK_OK(weft_conversation_free(c[i]));
   }
   CHECK_OK(weft_executor_free(ex));
+  /* The generations' callbacks are gone with their last holders. */
+  for (i = 0; i < N; ++i) CHECK(ends[i].calls == 1 && ends[i].freed == 1);
   CHECK_OK(weft_model_free(m));
 }
 

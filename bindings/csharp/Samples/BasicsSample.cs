@@ -31,6 +31,7 @@ namespace Weft.Samples
 
                 Errors(model, modelPath);
                 IgnoreEos(model);
+                OnFinish(model);
                 Pressure(model);
                 ManyThreads(model);
             }
@@ -60,6 +61,48 @@ namespace Weft.Samples
                         Check.True(ga.Error != null && ga.Error.Code == Status.InvalidArgument, "IgnoreEos: invalid_argument");
                         Check.Equal(FinishReason.EndOfGeneration, gb.Reason, "without IgnoreEos: the end token");
                     }
+                }
+            }
+        }
+
+        // OnFinish runs once per generation, after its last OnToken, with the
+        // reason it ended: at max tokens, and when cancelled between steps.
+        private static void OnFinish(Model model)
+        {
+            using (var ex = new Executor(model, Small()))
+            using (var a = ex.CreateConversation())
+            {
+                a.Prompt("Once upon a time", addBos: true);
+                using (var b = a.Fork())
+                {
+                    var ends = new List<FinishReason>[] { new List<FinishReason>(), new List<FinishReason>() };
+                    var tokensAtEnd = new int[2];
+                    var tokens = new int[2];
+                    var gens = new Generation[2];
+                    for (int i = 0; i < 2; ++i)
+                    {
+                        int k = i;
+                        gens[i] = (i == 0 ? a : b).Generate(new GenerateParams
+                        {
+                            MaxTokens = i == 0 ? 4 : 100,
+                            IgnoreEos = true,  // so neither ends at an end token
+                            OnToken = (t, s) => { ++tokens[k]; },
+                            OnFinish = r => { ends[k].Add(r); tokensAtEnd[k] = tokens[k]; },
+                        });
+                    }
+                    ex.Step();
+                    ex.Step();
+                    Check.Equal(0, ends[1].Count, "not finished yet");
+                    gens[1].Cancel();
+                    Check.Equal(0, ends[1].Count, "OnFinish runs on the stepping thread, at the next step");
+                    while (!ex.Step().Idle) { }
+                    Check.Equal(1, ends[0].Count, "once");
+                    Check.Equal(FinishReason.MaxTokens, ends[0][0], "at MaxTokens");
+                    Check.Equal(4, tokensAtEnd[0], "after every OnToken");
+                    Check.Equal(1, ends[1].Count, "once, cancelled");
+                    Check.Equal(FinishReason.Cancelled, ends[1][0], "cancelled");
+                    Check.Equal(gens[1].TokenCount, tokensAtEnd[1], "after every OnToken (cancelled)");
+                    foreach (var g in gens) g.Dispose();
                 }
             }
         }

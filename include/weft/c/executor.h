@@ -250,14 +250,26 @@ WEFT_C_API weft_status weft_executor_unpin_prefix(weft_executor *executor, const
 WEFT_C_API weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor_stats *out);
 // Free KV cells (cells shared by forks count once), as in the stats.
 WEFT_C_API weft_status weft_executor_cells_free(const weft_executor *executor, uint32_t *out);
+// The KV cache's cells (n_ctx as llama.cpp rounded it up), as the stats'
+// n_ctx, without their cost. A conversation holds at most this many tokens.
+WEFT_C_API weft_status weft_executor_n_ctx(const weft_executor *executor, uint32_t *out);
 
 // The background worker: steps on an executor-owned thread until stopped,
 // sleeping while idle and waking on new work. on_token callbacks then run on
 // that thread; a main thread that must not be called back polls events.
+// Called on the worker thread after every step it runs, with that step's
+// result (struct_size set; idle steps included). Must not call a step; may
+// call weft_executor_stop.
+typedef void (*weft_step_callback)(const weft_step_result *result, void *user_data);
+
 typedef struct weft_worker_params {
   size_t struct_size;
   const weft_step_budget *budget;  // each step's budget (deadline_us must be 0); NULL = n_batch tokens
   uint32_t idle_wait_ms;           // longest idle sleep before looking again; > 0. Default 100
+  // Appended: a struct_size that ends before on_step means NULL.
+  weft_step_callback on_step;      // default NULL
+  void *user_data;                 // passed to on_step
+  weft_free_fn user_data_free;     // see "Callbacks" in weft.h: once the worker is stopped
 } weft_worker_params;
 
 WEFT_C_API weft_status weft_worker_params_init(weft_worker_params *params, size_t struct_size);

@@ -31,6 +31,12 @@ WEFT_C_API const char *weft_finish_reason_name(int32_t reason);
 // generation done before the last callback has returned: user_data_free,
 // not "done", marks the end of the callbacks.
 typedef void (*weft_token_callback)(weft_token token, const char *text, size_t len, void *user_data);
+// Called once when the generation ends, with its weft_finish_reason, on the
+// stepping thread after its last weft_token_callback: at the end of the
+// step in which it ended, or of the next step when a call on another thread
+// ended it (cancel, rewind, dispose), or in weft_executor_free.
+// weft_generation_is_done is already true. Must not call a step.
+typedef void (*weft_finish_callback)(int32_t reason, void *user_data);
 
 typedef struct weft_generate_params {
   size_t struct_size;
@@ -38,13 +44,15 @@ typedef struct weft_generate_params {
   const char *const *stop;             // n_stop NUL-terminated UTF-8 stop strings (non-empty)
   size_t n_stop;
   weft_token_callback on_token;        // default NULL
-  void *user_data;
-  weft_free_fn user_data_free;         // see "Callbacks" in weft.h
+  void *user_data;                     // passed to on_token and on_finish
+  weft_free_fn user_data_free;         // see "Callbacks" in weft.h: after both callbacks' last call
   uint32_t max_tokens;                 // >= 1. Default 128
   // Never sample an end-of-generation token (GenerateParams::ignore_eos):
   // the generation ends at max_tokens, a stop string, a full context or a
-  // cancel. Default 0. Appended: a struct_size without it means 0.
+  // cancel. Default 0.
   weft_bool ignore_eos;
+  weft_finish_callback on_finish;      // default NULL
+  // Appended: a struct_size that ends before ignore_eos means 0 and NULL.
 } weft_generate_params;
 
 WEFT_C_API weft_status weft_generate_params_init(weft_generate_params *params, size_t struct_size);

@@ -17,6 +17,7 @@ void add_bench(CLI::App &app) {
   add_bench_prefix(*bench);
   add_bench_adapters(*bench);
   add_bench_rpc(*bench);
+  add_bench_overhead(*bench);
 }
 
 }  // namespace weft_cli

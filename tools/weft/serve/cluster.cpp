@@ -69,7 +69,6 @@ std::shared_ptr<ConvEntry> Cluster::load_into_registry(const std::string &id, co
   }
   ctx_.registry.remove(id);
   auto entry = ctx_.registry.add(std::move(conv), "conversation", id);
-  ctx_.stepper->wake();
   return entry;
 }
 
@@ -238,7 +237,6 @@ Json Cluster::commit(Turn &t) {
         try {
           const auto n = t.entry->conv.n_tokens();
           if (n > t.n_before) t.entry->conv.rewind(n - t.n_before);
-          ctx_.stepper->wake();
           store_->release(id, node_);
         } catch (const std::exception &) {
         }

@@ -80,7 +80,6 @@ void create(ServeContext &ctx, const httplib::Request &req, httplib::Response &r
   try {
     if (!prefix.empty()) {
       entry->conv.prompt(prefix, {.add_bos = ctx.model.bos() >= 0, .parse_special = special});
-      ctx.stepper->wake();
     }
     stored = ctx.cluster->publish(*entry);
   } catch (const weft::Error &e) {
@@ -176,7 +175,6 @@ void put_state(ServeContext &ctx, const httplib::Request &req, httplib::Response
   // the new one loaded.
   bool replaced = ctx.registry.remove(id);
   auto entry = ctx.registry.add(std::move(conv), "conversation", id);
-  ctx.stepper->wake();
   Json stored;
   try {
     stored = ctx.cluster->replace(*entry);
@@ -219,7 +217,6 @@ void add_conversation_routes(httplib::Server &svr, ServeContext &ctx) {
                const std::string id = id_of(req);
                const bool stored = ctx.cluster->remove(id);  // 409 / 503 from the store
                if (!ctx.registry.remove(id) && !stored) ctx.registry.get(id);  // 404
-               ctx.stepper->wake();
                send_json(res, Json{{"id", id}, {"object", "conversation"}, {"deleted", true}});
              }));
   svr.Post("/v1/conversations/:id/fork", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
@@ -230,7 +227,6 @@ void add_conversation_routes(httplib::Server &svr, ServeContext &ctx) {
              if (const Json *v = optional_field(body, "id", Json::value_t::string, "a string")) id = v->get<std::string>();
              if (id.empty()) id = ctx.cluster->new_id();
              auto entry = ctx.registry.add(src->conv.fork(), "conversation", id);
-             ctx.stepper->wake();
              Json stored;
              try {
                stored = ctx.cluster->publish(*entry);
@@ -255,7 +251,6 @@ void add_conversation_routes(httplib::Server &svr, ServeContext &ctx) {
              if (n > have)
                throw bad_param("n", fmt::format("'n' is {}; conversation '{}' holds {} tokens", n, e->id, have));
              e->conv.rewind(static_cast<std::uint32_t>(n));
-             ctx.stepper->wake();
              Json j = conversation_json(ctx, *e, false);
              if (const Json stored = ctx.cluster->commit(*turn); !stored.is_null()) j["store"] = stored;
              send_json(res, j);

@@ -52,6 +52,13 @@ GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry
       }
       if (!text.empty() || every) ch->cv.notify_all();
     };
+    params.on_finish = [ch = ch_](const weft::GenerationResult &) {
+      {
+        std::lock_guard lk(ch->mu);
+        ch->finished = true;
+      }
+      ch->cv.notify_all();
+    };
     gen_ = entry_->conv.generate(params);
     entry_->set_generation(gen_);
   } catch (...) {
@@ -66,7 +73,6 @@ GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry
               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                   std::chrono::duration<double>(ctx_.opt.request_timeout_s));
   ctx_.counters.prompt_tokens += prompt_tokens_;
-  ctx_.stepper->wake();
 }
 
 GenerationRun::~GenerationRun() {
@@ -97,11 +103,11 @@ void GenerationRun::cancel(RunEnd why) {
 std::string GenerationRun::next(std::chrono::milliseconds wait) {
   enforce_limits();
   std::unique_lock lk(ch_->mu);
-  // The final token's callback returns before done() turns true, so a short
-  // wait and a second look never lose text.
-  if (ch_->text.empty() && !gen_.done())
+  // on_finish runs after the last on_token: once it has, all text is here.
+  // A cancel (ours, or a rewind's) ends it too: done() covers those.
+  if (ch_->text.empty() && !ch_->finished && !gen_.done())
     ch_->cv.wait_for(lk, wait, [&] {
-      return !ch_->text.empty() || (opt_.every_token && ch_->tokens != taken_);
+      return !ch_->text.empty() || ch_->finished || (opt_.every_token && ch_->tokens != taken_);
     });
   taken_ = ch_->tokens;
   return std::exchange(ch_->text, std::string());
@@ -118,6 +124,7 @@ RunOutcome GenerationRun::outcome() const {
 }
 
 RunOutcome wait_run(GenerationRun &run) {
+  // Woken by on_finish; the bound is for the deadline and shutdown checks.
   while (!run.finished()) run.next(std::chrono::milliseconds(50));
   return run.outcome();
 }

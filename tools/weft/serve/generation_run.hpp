@@ -2,9 +2,10 @@
 // as it is released, and end it on the request's deadline, on shutdown or
 // when the client goes away.
 //
-// The executor's on_token callback (on the stepping thread) only appends to
-// a buffer under a mutex and notifies; the HTTP thread takes the text with
-// bounded waits, so neither ever waits long for the other.
+// The executor's on_token and on_finish callbacks (on the stepping thread)
+// only append to a buffer or set a flag under a mutex and notify; the HTTP
+// thread waits on that (bounded, for the deadline and shutdown checks), so
+// neither ever waits long for the other.
 #pragma once
 
 #include <chrono>
@@ -44,8 +45,9 @@ class GenerationRun {
  public:
   // Claims the conversation (409 when a request already generates on it),
   // queues `prompt` (may be empty), starts generating with `params`
-  // (on_token is set here) and wakes the stepper. Throws ApiError; a
-  // context-length refusal is 400 context_length_exceeded.
+  // (on_token and on_finish are set here); the executor's worker takes it
+  // up. Throws ApiError; a context-length refusal is 400
+  // context_length_exceeded.
   GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry, const std::vector<weft::Token> &prompt,
                 weft::GenerateParams params, RunOptions options = {});
   ~GenerationRun();
@@ -71,6 +73,7 @@ class GenerationRun {
     std::condition_variable cv;
     std::string text;
     std::uint32_t tokens = 0;  // sampled so far
+    bool finished = false;     // on_finish ran: no more text comes
   };
   void enforce_limits();
 

@@ -61,7 +61,7 @@ std::string prometheus_text(ServeContext &ctx) {
   o.line("weft_step_duration_seconds_bucket", cum, "le=\"+Inf\"");
   o.line("weft_step_duration_seconds_sum", h.sum_s);
   o.line("weft_step_duration_seconds_count", h.count);
-  o.one("weft_step_errors_total", "counter", "step() calls that threw", ctx.stepper->step_errors());
+  o.one("weft_step_errors_total", "counter", "Worker steps that threw (a weft bug)", st.worker_errors);
 
   o.one("weft_prompt_tokens_total", "counter", "Prompt tokens of requests", ctx.counters.prompt_tokens.load());
   o.one("weft_completion_tokens_total", "counter", "Tokens generated for requests", ctx.counters.completion_tokens.load());

@@ -51,7 +51,7 @@ struct ServeContext {
   ServeContext(ServeOptions o, weft::Model m)
       : opt(std::move(o)), model(std::move(m)), registry(opt.max_conversations) {}
 
-  std::uint32_t n_ctx() const { return ex->stats().n_ctx; }
+  std::uint32_t n_ctx() const { return ex->n_ctx(); }
 };
 
 }  // namespace weft_cli::serve

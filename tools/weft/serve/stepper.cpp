@@ -1,4 +1,4 @@
-// weft serve: the stepping thread and its step-time records.
+// weft serve: the executor's worker and its step-time records.
 #include "serve/stepper.hpp"
 
 #include <fmt/format.h>
@@ -15,54 +15,19 @@ Stepper::Stepper(weft::Executor &ex, weft::StepBudget budget) : ex_(ex), budget_
 Stepper::~Stepper() { stop(); }
 
 void Stepper::start() {
-  std::lock_guard lk(mu_);
-  if (thread_.joinable()) return;
-  stop_ = false;
-  thread_ = std::thread([this] { loop(); });
+  if (started_) return;
+  ex_.start({.budget = budget_,
+             .idle_wait = std::chrono::milliseconds(20),
+             .on_step = [this](const weft::StepResult &r) { record(r); }});
+  started_ = true;
 }
 
 void Stepper::stop() {
-  {
-    std::lock_guard lk(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void Stepper::wake() {
-  {
-    std::lock_guard lk(mu_);
-    woken_ = true;
-  }
-  cv_.notify_one();
-}
-
-void Stepper::loop() {
-  for (;;) {
-    {
-      std::lock_guard lk(mu_);
-      if (stop_) return;
-      woken_ = false;
-    }
-    weft::StepResult r;
-    try {
-      r = ex_.step(budget_);
-    } catch (const weft::Error &e) {
-      // step() throws only for a bad budget or a disposed executor; neither
-      // gets better by spinning.
-      std::fprintf(stderr, "weft serve: step failed (%s): %s\n", weft::errc_name(e.code()), e.what());
-      std::lock_guard lk(mu_);
-      ++step_errors_;
-      r.idle = true;
-    }
-    if (!r.idle) {
-      record(r);
-      continue;
-    }
-    std::unique_lock lk(mu_);
-    cv_.wait_for(lk, std::chrono::milliseconds(20), [&] { return stop_ || woken_; });
-  }
+  // Once only: the server's shutdown stops it before the executor goes, and
+  // the destructor must not reach the executor after that.
+  if (!started_) return;
+  started_ = false;
+  ex_.stop();
 }
 
 void Stepper::record(const weft::StepResult &r) {
@@ -95,11 +60,6 @@ std::vector<StepSecond> Stepper::last_minute() const {
     if (s.second >= 0 && s.second > now - 60) out.push_back(s);
   std::sort(out.begin(), out.end(), [](const auto &a, const auto &b) { return a.second < b.second; });
   return out;
-}
-
-std::uint64_t Stepper::step_errors() const {
-  std::lock_guard lk(mu_);
-  return step_errors_;
 }
 
 double Stepper::uptime_s() const {

@@ -1,18 +1,15 @@
-// weft serve: the thread that steps the executor, and what its steps cost.
+// weft serve: the executor's worker, and what its steps cost.
 //
-// The server steps the executor on a thread of its own rather than with
-// Executor::start(): step() returns each step's StepResult, which the step
-// time histogram and the dashboard's plot need, and the worker does not
-// hand them out. Every request that queues work calls wake(); an idle loop
-// also looks again every 20 ms (freed cells, cleared errors).
+// The executor's own worker (Executor::start) steps it; its on_step hands
+// each step's StepResult to the step time histogram and the dashboard's
+// plot. New work wakes the worker by itself; an idle worker also looks
+// again every 20 ms (freed cells, cleared errors).
 #pragma once
 
 #include <array>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "weft/executor.hpp"
@@ -44,32 +41,28 @@ class Stepper {
   Stepper(const Stepper &) = delete;
   Stepper &operator=(const Stepper &) = delete;
 
+  // Starts the executor's worker. Not thread-safe: the server calls start()
+  // and stop() from its one controlling thread.
   void start();
-  // Ends the loop after the running step and joins it. Idempotent.
+  // Stops the worker after the running step and joins it. Idempotent; after
+  // it, the executor may go before this object.
   void stop();
-  // New work was queued: step now rather than after the idle wait.
-  void wake();
 
   StepHistogram histogram() const;
   // Up to the last 60 seconds that had steps, oldest first.
   std::vector<StepSecond> last_minute() const;
-  std::uint64_t step_errors() const;
   double uptime_s() const;
 
  private:
-  void loop();
   void record(const weft::StepResult &r);
 
   weft::Executor &ex_;
   weft::StepBudget budget_;
+  bool started_ = false;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false, woken_ = false;
   StepHistogram hist_;
   std::array<StepSecond, 60> seconds_{};
-  std::uint64_t step_errors_ = 0;
-  std::thread thread_;
 };
 
 }  // namespace weft_cli::serve
