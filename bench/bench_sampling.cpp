@@ -15,6 +15,7 @@
 
 #include "core/sampling.hpp"
 #include "llama.h"
+#include "weft/executor.hpp"
 #include "weft/make_model.hpp"
 #include "weft/model.hpp"
 
@@ -35,6 +36,27 @@ std::vector<std::vector<float>> logit_set() {
   std::vector<std::vector<float>> out(16, std::vector<float>(static_cast<std::size_t>(model().n_vocab())));
   for (auto &v : out)
     for (auto &x : v) x = dist(rng);
+  return out;
+}
+
+// Logits the model produced (16 random prompts): the chain's top_k and
+// top_p cost depends on how the logits are spread, so the temperature pair
+// is also timed on these.
+std::vector<std::vector<float>> model_logit_set() {
+  std::mt19937 rng(2);
+  std::uniform_int_distribution<weft::Token> tok(3, model().n_vocab() - 1);
+  weft::Executor ex(model(), {.n_ctx = 1024, .n_batch = 64, .n_seq_max = 16, .n_threads = 2});
+  std::vector<weft::Conversation> convs;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<weft::Token> p{model().bos()};
+    for (int k = 0; k < 12; ++k) p.push_back(tok(rng));
+    convs.push_back(ex.create());
+    convs.back().prompt(p);
+  }
+  while (!ex.step().idle) {
+  }
+  std::vector<std::vector<float>> out;
+  for (auto &c : convs) out.push_back(c.logits());
   return out;
 }
 
@@ -78,7 +100,7 @@ constexpr int kTopK = 40;
 
 void BM_SampleTemperatureWeft(benchmark::State &state) {
   weft::detail::Sampler s(model(), {.temperature = kTemp, .top_k = kTopK, .top_p = kTopP, .seed = 1});
-  const auto set = logit_set();
+  const auto set = state.range(0) == 0 ? logit_set() : model_logit_set();
   std::size_t i = 0;
   for (auto _ : state) {
     const auto t = s.sample(set[i++ % set.size()]);
@@ -93,7 +115,7 @@ void BM_SampleTemperatureLlamaChain(benchmark::State &state) {
   llama_sampler_chain_add(chain, llama_sampler_init_top_p(kTopP, 1));
   llama_sampler_chain_add(chain, llama_sampler_init_temp(kTemp));
   llama_sampler_chain_add(chain, llama_sampler_init_dist(1));
-  const auto set = logit_set();
+  const auto set = state.range(0) == 0 ? logit_set() : model_logit_set();
   std::vector<llama_token_data> cur(set.front().size());
   std::size_t i = 0;
   for (auto _ : state) {
@@ -114,6 +136,7 @@ BENCHMARK(BM_SampleGreedyFast);
 BENCHMARK(BM_SampleGreedyChain);
 BENCHMARK(BM_MaxElement);
 BENCHMARK(BM_LogitCopy);
-BENCHMARK(BM_SampleTemperatureWeft);
-BENCHMARK(BM_SampleTemperatureLlamaChain);
+// Arg 0: normal(0, 3) logits; 1: the model's own.
+BENCHMARK(BM_SampleTemperatureWeft)->Arg(0)->Arg(1);
+BENCHMARK(BM_SampleTemperatureLlamaChain)->Arg(0)->Arg(1);
 BENCHMARK_MAIN();

@@ -73,8 +73,6 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
     if (params_.min_p > 0.0f) add(llama_sampler_init_min_p(params_.min_p, 1), "min_p");
     add(llama_sampler_init_temp(params_.temperature), "temp");
   }
-  // cur_ (n_vocab candidates, 384 KB for 32,000 tokens) is sized by the
-  // first chain sample, on the stepping thread, not by whoever builds this.
   rng_ = 0x6a09e667f3bcc909ull ^ (static_cast<std::uint64_t>(params_.seed) * 0x9e3779b97f4a7c15ull);
   journal_keep_ = grammar_ ? 0 : static_cast<std::size_t>(std::max(0, last_n));
   // Mirrors llama_sampler_penalties::is_disabled(): apply() and accept() then do nothing.
@@ -165,15 +163,14 @@ Token Sampler::sample(std::span<const float> logits, bool ban_eog) {
   return sample_argmax(masked_);
 }
 
-Token Sampler::sample_argmax(std::span<const float> logits) const {
-  check_size(logits);
-  const float *p = logits.data();
-  const std::size_t n = logits.size();
-  // Pass 1: the maximum and whether any entry is NaN. `l > m ? l : m` never
-  // picks a NaN and is exactly one SIMD max instruction, so with GCC/Clang
-  // vector types the loop runs 16 floats per iteration in 4 independent lanes.
+namespace {
+
+// The maximum of p[0, n) and whether any entry is NaN. `l > m ? l : m` never
+// picks a NaN and is exactly one SIMD max instruction, so with GCC/Clang
+// vector types the loop runs 16 floats per iteration in 4 independent lanes
+// (a scalar running maximum is one serial chain: ~4 cycles a logit).
+float max_of(const float *p, std::size_t n, bool &nan) {
   float max_logit = -INFINITY;
-  bool nan = false;
   std::size_t i = 0;
 #if defined(__GNUC__) || defined(__clang__)
   using V = float __attribute__((vector_size(16)));
@@ -205,6 +202,18 @@ Token Sampler::sample_argmax(std::span<const float> logits) const {
     nan |= p[i] != p[i];
     max_logit = p[i] > max_logit ? p[i] : max_logit;
   }
+  return max_logit;
+}
+
+}  // namespace
+
+Token Sampler::sample_argmax(std::span<const float> logits) const {
+  check_size(logits);
+  const float *p = logits.data();
+  const std::size_t n = logits.size();
+  // Pass 1: the maximum and whether any entry is NaN.
+  bool nan = false;
+  const float max_logit = max_of(p, n, nan);
   // The same errors, in the same order, as the chain path.
   if (nan) {
     for (std::size_t j = 0; j < n; ++j) {
@@ -221,17 +230,27 @@ Token Sampler::sample_argmax(std::span<const float> logits) const {
 
 Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
   check_size(logits);
-  cur_.resize(logits.size());  // once: then reused
-  for (std::size_t i = 0; i < cur_.size(); ++i) {
-    const float l = logits[i];
-    if (std::isnan(l)) fail(Errc::invalid_argument, fmt::format("logits[{}] is NaN", i));
-    cur_[i] = llama_token_data{static_cast<llama_token>(i), l, 0.0f};
+  // One candidate array per thread, shared by every sampler on it (384 KB
+  // for 32,000 tokens): a step samples many conversations in turn, and one
+  // array stays in cache where one per sampler would not.
+  thread_local std::vector<llama_token_data> cur_;
+  cur_.resize(logits.size());
+  // The checks in one vector pass (a NaN is looked for again only when
+  // there is one), then the candidates: stores only.
+  bool nan = false;
+  float max_logit = max_of(logits.data(), logits.size(), nan);
+  const float *p = logits.data();
+  llama_token_data *d = cur_.data();
+  for (std::size_t i = 0, n = cur_.size(); i < n; ++i) d[i] = llama_token_data{static_cast<llama_token>(i), p[i], 0.0f};
+  if (nan) {
+    const auto at = std::find_if(logits.begin(), logits.end(), [](float l) { return std::isnan(l); });
+    fail(Errc::invalid_argument, fmt::format("logits[{}] is NaN", at - logits.begin()));
   }
   if (ban_eog) {
     for (const std::int32_t e : model_.impl()->eog) cur_[static_cast<std::size_t>(e)].logit = -INFINITY;
+    max_logit = -INFINITY;  // what is left
+    for (const auto &c : cur_) max_logit = c.logit > max_logit ? c.logit : max_logit;
   }
-  float max_logit = -INFINITY;
-  for (const auto &c : cur_) max_logit = c.logit > max_logit ? c.logit : max_logit;
   if (max_logit == -INFINITY) fail(Errc::invalid_argument, "every logit is -inf: no token can be sampled");
 
   llama_token_data_array arr{cur_.data(), cur_.size(), -1, false};

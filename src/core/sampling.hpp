@@ -114,7 +114,6 @@ class Sampler {
   SamplerParams params_;
   Ptr grammar_;  // null without a grammar; kept apart so sample() can tell why nothing is left
   Ptr chain_;    // penalties ... temperature; weft selects (greedy or its own RNG)
-  std::vector<llama_token_data> cur_;  // n_vocab candidates, reused by every sample()
   std::vector<float> masked_;          // the logits with EOG masked (ban_eog), reused
   // weft draws from the final distribution itself so the RNG state is one
   // serialisable number (llama.cpp's dist sampler hides its engine).
