@@ -7,6 +7,7 @@
 
 #include "cli_run.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -202,6 +203,32 @@ TEST(BenchThroughput, BadInputExitsNonZeroWithAMessage) {
   r = weft("bench throughput -m " + kTiny + " --parallel 64 --batch 32");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("row B=64 cannot run"), std::string::npos) << r.output;
+}
+
+TEST(BenchOverhead, RowsCountEveryTokenAndSplitTheStepTime) {
+  const auto dir = temp_dir("overhead");
+  const auto json = dir / "rows.json";
+  const auto r = weft("bench overhead -m " + kTiny + " --convs 1,3 --temperature 0,0.8 --tokens 5 --prompt 4 --reps 2 "
+                      "--threads 1 --json " + json.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto doc = read_json(json);
+  ASSERT_EQ(doc["rows"].size(), 4u);
+  for (const auto &row : doc["rows"]) {
+    const auto b = row["b"].get<unsigned>();
+    ASSERT_EQ(row["reps"].size(), 2u);
+    for (const auto &rep : row["reps"]) {
+      EXPECT_EQ(rep["sampled"].get<unsigned>(), b * 5) << row.dump();  // ignore_eos: every token, every rep
+      EXPECT_EQ(rep["steps"].get<unsigned>(), 5u) << row.dump();       // one token each per step
+      EXPECT_GT(rep["overhead_us_per_token"].get<double>(), 0.0);
+      EXPECT_GT(rep["decode_us_per_token"].get<double>(), 0.0);
+    }
+    const double a = row["reps"][0]["overhead_us_per_token"], c = row["reps"][1]["overhead_us_per_token"];
+    EXPECT_EQ(row["overhead_us_per_token_median"].get<double>(), std::min(a, c));  // nearest rank of two
+  }
+  const auto bad = weft("bench overhead -m " + kTiny + " --convs 0");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("--convs"), std::string::npos) << bad.output;
+  fs::remove_all(dir);
 }
 
 const std::string kSmallMixed = " --conversations 4 --rate 50 --system-tokens 16 --prompt-min 4 --prompt-max 16 "
