@@ -4,9 +4,10 @@
 //   reconcile   apply the KV work operations left (reconcile.cpp)
 //   sample      tokens for generations whose logits are ready (update.cpp)
 //   schedule    residency moves, the cost budget, the batch plan and the
-//               pressure verdicts -> segments (schedule.cpp)
-//   run         decode the segments in micro-batches (run.cpp)
-//   update      commit what was decoded, sample, finish, events (update.cpp)
+//               pressure verdicts -> a StepPlan value (schedule.cpp)
+//   run         decode the plan's images, then its token segments in
+//               micro-batches, each committed as it completes (run.cpp)
+//   update      sample, finish, events, callbacks (update.cpp)
 //
 // Locks. `step_mu` is held by a step from start to end, and by an operation
 // that applies its KV work itself because no step is running (it only ever
@@ -30,6 +31,7 @@
 #include "exec/decoder.hpp"
 #include "exec/events.hpp"
 #include "exec/media_encoder.hpp"
+#include "exec/step_plan.hpp"
 #include "exec/worker.hpp"
 #include "kv/kv_manager.hpp"
 #include "sched/cost_model.hpp"
@@ -51,43 +53,6 @@ struct StepStats {
   std::vector<float> step_ms, decode_ms;  // rings of kWindow
   std::size_t pos = 0;
   void record(double step_s, double decode_s);
-};
-
-// A conversation's share of the planned batch, decoded over one or more
-// llama_decode calls.
-struct Segment {
-  Conv *conv;
-  std::uint32_t n;           // planned tokens
-  std::uint64_t epoch = 0;   // the conversation's epoch when planned
-  std::uint32_t start = 0;   // its cache position when planned
-  std::uint32_t done = 0;    // decoded so far
-  std::uint32_t sliced = 0;  // handed to micro-batches so far
-  AdapterConfigPtr adapters;  // decoded under (null: the base model)
-  bool failed = false;
-  bool counted = false;  // counted in StepResult::conversations
-};
-
-// Part of one llama_decode call: `n` tokens of segment `seg`.
-struct Part {
-  std::uint32_t seg;
-  std::uint32_t n;
-  bool output;           // its last token's logits are read (it ends the queue)
-  std::uint32_t staged;  // when output: its logits' buffer in `staging`
-};
-
-// Media decoded in this step, from its embeddings (media.cpp): a whole
-// non-causal image, or rows [offset, offset + rows) of a causal one, which
-// goes in pieces over steps like a prompt (mtmd's helper splits those too).
-struct MediaSegment {
-  Conv *conv;
-  std::shared_ptr<MediaChunk> chunk;
-  std::uint64_t epoch = 0;   // the conversation's epoch when planned
-  std::uint32_t start = 0;   // its cache position when planned
-  std::uint32_t offset = 0;  // the chunk's first embedding decoded here
-  std::uint32_t rows = 0;    // embeddings decoded here
-  AdapterConfigPtr adapters;  // decoded under (null: the base model)
-  bool output = false;        // it ends the queue: its last embedding's logits are read
-  bool failed = false;
 };
 
 // A generation to sample, outside the lock.
@@ -165,8 +130,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::atomic<bool> aborted{false};
   std::function<void()> sample_hook;  // tests: runs before each sample, no lock held
 
-  // Step scratch, reused so a steady-state step does not allocate.
-  std::vector<Segment> segments;
+  // Step scratch, reused so a steady-state step does not allocate. The plan
+  // itself goes from stage to stage as a value; this is the last one's
+  // buffers, taken by the next schedule.
+  StepPlan spare_plan;
   std::vector<Part> parts;
   std::vector<PlanCandidate> candidates;
   std::vector<PlanEntry> plan;
@@ -174,8 +141,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   std::vector<std::pair<std::size_t, std::size_t>> work_ranges;
   std::vector<SampleJob> sample_jobs;
   std::vector<Token> reuse_want;  // reuse_locked's scratch
-  // This step's images, and the embeddings batch's buffers (media.cpp).
-  std::vector<MediaSegment> media_segments;
+  // Images wanting a whole-image decode this step, and the embeddings
+  // batch's buffers (media.cpp).
   std::vector<Conv *> media_wanting;
   // What an embeddings batch's llama_decode has taken (the graph re-reserve
   // for it included): the larger of the last and a running mean; 0 before
@@ -184,11 +151,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // The last step decoded a whole image and no tokens (schedule.cpp): the
   // next one does not do so again, so tokens go at least every other step.
   bool media_alone_last = false;
-  // Steps with causal image rows: their two decodes as predicted (seconds,
-  // 0 for a step without; schedule.cpp), and how much longer such a step's
-  // decodes run than predicted (a running 99th percentile, as
+  // How much longer a step's decodes run than predicted when it has causal
+  // image rows (StepPlan::image_step_need; a running 99th percentile, as
   // CostModel::margin; step.cpp learns it).
-  double image_step_need = 0, image_step_margin = 1.25;
+  double image_step_margin = 1.25;
   // How much slower than the cost model predicts a decode ran while the
   // encoder thread was encoding (a running value, 1 to 4; run.cpp learns
   // it): a plan made while it encodes divides its time by it.
@@ -198,7 +164,6 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     std::vector<std::int32_t> pos, n_seq_id, seq_id;
     std::vector<std::int32_t *> seq_ids;
     std::vector<std::int8_t> logits;
-    std::vector<std::size_t> segs;  // media_segments in it
   } media_batch;
   // The adapter setting the context decodes under now (run.cpp switches it
   // between a plan's groups), and how many groups this step's plan has.
@@ -279,9 +244,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // a block of the input c continues with (c then waits for it).
   bool follows_locked(const Conv &c) const;
   std::uint32_t idle_cells_locked(const Conv *except) const;  // cells the eviction policy may park
-  // Fills `segments`; false when the callback closed the executor.
-  bool schedule_locked(const StepBudget &budget, std::chrono::steady_clock::time_point t0, StepResult &result,
-                       std::unique_lock<std::mutex> &lock);
+  // This step's plan (plan.closed when the callback closed the executor).
+  StepPlan schedule_locked(const StepBudget &budget, std::chrono::steady_clock::time_point t0, StepResult &result,
+                           std::unique_lock<std::mutex> &lock);
 
   // --- Adapter groups (groups.cpp) ---
   // Seconds the extra adapter groups add (their calls and switches): of
@@ -291,7 +256,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // plans for the most urgent groups the budget serves best (groups.cpp).
   void replan_for_groups_locked(double left, double depth, std::uint32_t &token_budget, std::uint64_t wanted);
   // Orders `segments` by adapter group (stable within one).
-  void group_segments(bool urgent_first);
+  void group_segments(std::vector<Segment> &segments, bool urgent_first);
   // Switches the context to `cfg` unless it decodes under it already;
   // returns whether it switched.
   bool use_adapters(const AdapterConfigPtr &cfg);
@@ -302,31 +267,37 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // whole-image candidate when ready, an error on c when its encoding
   // failed, or nothing while it is encoding.
   bool media_candidate_locked(Conv &c, const MediaSpan &m);
-  // Plans this step's whole images from media_wanting, taking their
-  // tokens out of the budget and the free cells.
+  // Plans this step's whole images from media_wanting into `out`, taking
+  // their tokens out of the budget and the free cells.
   // With a time budget (`time_left`, seconds), an image goes only when what
   // its embeddings batch costs (media_batch_s, twice: llama.cpp re-reserves
   // its graph for the batch and again after it) fits, or once overdue; the
   // time it takes comes off time_left.
-  void plan_media_locked(std::uint32_t &token_budget, std::uint32_t &free_cells, double *time_left);
+  void plan_media_locked(std::vector<MediaSegment> &out, std::uint32_t &token_budget, std::uint32_t &free_cells,
+                         double *time_left);
   // After plan_batch under a time budget, when causal image rows are among
   // the candidates: shrinks the plan until its token batch and its
   // embeddings batch, predicted apart, fit `seconds` (schedule.cpp).
-  void fit_image_rows_locked(double seconds, double depth, std::uint32_t &token_budget, std::uint32_t free_cells);
-  // Decodes media_segments in embeddings batches (mu released around each
-  // llama_decode) and commits them.
-  void run_media_locked(StepResult &result, std::unique_lock<std::mutex> &lock);
+  // Returns what both are predicted to take then (StepPlan::image_step_need).
+  double fit_image_rows_locked(double seconds, double depth, std::uint32_t &token_budget, std::uint32_t free_cells);
+  // Decodes the plan's images in embeddings batches (mu released around
+  // each llama_decode) and commits them.
+  void run_media_locked(std::vector<MediaSegment> &media, StepResult &result, std::unique_lock<std::mutex> &lock);
 
   // --- Run (run.cpp) ---
-  // Decodes the segments (mu held on entry and exit, released around each
-  // llama_decode). Returns whether the deadline stopped it.
-  bool run_locked(const StepBudget &budget, StepResult &result, std::unique_lock<std::mutex> &lock);
+  // Decodes the plan's token segments (mu held on entry and exit, released
+  // around each llama_decode), committing each micro-batch as it completes:
+  // the next one continues from what it committed, in the cache and in the
+  // queues. Returns whether the deadline stopped it.
+  bool run_locked(std::vector<Segment> &segments, const StepBudget &budget, StepResult &result,
+                  std::unique_lock<std::mutex> &lock);
   void fail_segment_locked(Segment &s, std::uint32_t n, int rc, StepResult &result);
   // Fails every live segment of parts[lo, hi) with Errc::backend: `why`.
-  void fail_parts_locked(std::size_t lo, std::size_t hi, const std::string &why, StepResult &result);
+  void fail_parts_locked(std::vector<Segment> &segments, std::size_t lo, std::size_t hi, const std::string &why,
+                         StepResult &result);
 
   // --- Update (update.cpp) ---
-  void commit_part(Part &part, StepResult &result);
+  void commit_part(Segment &s, const Part &part, StepResult &result);
   // Samples every generation whose logits are ready; the sampling itself
   // runs with the lock released.
   void sample_phase(StepResult &result, std::unique_lock<std::mutex> &lock);

@@ -89,7 +89,7 @@ void ExecutorCore::replan_for_groups_locked(double left, double depth, std::uint
   plan_batch(kept, {token_budget, kv->cells_free(), params.max_prompt_chunk, stats.steps}, plan);
 }
 
-void ExecutorCore::group_segments(bool urgent_first) {
+void ExecutorCore::group_segments(std::vector<Segment> &segments, bool urgent_first) {
   auto &groups = group_scratch;
   groups.clear();
   // Without a deadline the whole plan runs: the context's current group goes

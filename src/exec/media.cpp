@@ -88,8 +88,9 @@ bool ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
   return false;
 }
 
-void ExecutorCore::plan_media_locked(std::uint32_t &token_budget, std::uint32_t &free_cells, double *time_left) {
-  media_segments.clear();
+void ExecutorCore::plan_media_locked(std::vector<MediaSegment> &out, std::uint32_t &token_budget,
+                                     std::uint32_t &free_cells, double *time_left) {
+  out.clear();
   std::sort(media_wanting.begin(), media_wanting.end(), [](const Conv *a, const Conv *b) {
     if (a->priority != b->priority) return a->priority > b->priority;
     if (a->turn_since() != b->turn_since()) return a->turn_since() < b->turn_since();
@@ -102,22 +103,22 @@ void ExecutorCore::plan_media_locked(std::uint32_t &token_budget, std::uint32_t 
     // An image is decoded whole: when the budget holds it, or — so that one
     // bigger than any budget still goes — as the step's first image once it
     // has waited kAgingSteps steps.
-    const bool overdue = media_segments.empty() && stats.steps - c->turn_since() >= kAgingSteps;
+    const bool overdue = out.empty() && stats.steps - c->turn_since() >= kAgingSteps;
     if (n > token_budget && !overdue) continue;
     // The first image of a step pays for the batch (later ones share it),
     // and for the flips of this context's attention unless the second
     // context decodes it.
-    const double batch_s = media_segments.empty() ? (media_ctx != nullptr ? 1 : 2) * media_batch_s : 0;
+    const double batch_s = out.empty() ? (media_ctx != nullptr ? 1 : 2) * media_batch_s : 0;
     if (time_left != nullptr && batch_s > *time_left && !overdue) continue;
     if (time_left != nullptr) *time_left -= batch_s;
-    media_segments.push_back({.conv = c,
-                              .chunk = m->chunk,
-                              .epoch = c->epoch,
-                              .start = c->n_decoded(),
-                              .offset = 0,
-                              .rows = n,
-                              .adapters = adapters_used ? c->next_adapters() : nullptr,
-                              .output = n == c->n_queued()});
+    out.push_back({.conv = c,
+                   .chunk = m->chunk,
+                   .epoch = c->epoch,
+                   .start = c->n_decoded(),
+                   .offset = 0,
+                   .rows = n,
+                   .adapters = adapters_used ? c->next_adapters() : nullptr,
+                   .output = n == c->n_queued()});
     token_budget -= std::min(n, token_budget);
     free_cells -= n;
   }
@@ -168,17 +169,16 @@ void learn_media_batch(ExecutorCore &x, double took) {
 
 // decode_group's code when the model's RPC peer failed: not llama.cpp's.
 constexpr int kPeerLost = -1000;
-int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResult &result,
-                 std::unique_lock<std::mutex> &lock, bool side_ok = true);
+int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vector<std::size_t> &segs,
+                 StepResult &result, std::unique_lock<std::mutex> &lock, bool side_ok = true);
 
 // Non-causal images through the second context (media_side.cpp), committed
 // here; one whose cells find no room in this context goes through it.
-int decode_side(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResult &result,
-                std::unique_lock<std::mutex> &lock) {
-  auto &all = x.media_segments;
+int decode_side(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vector<std::size_t> &segs,
+                StepResult &result, std::unique_lock<std::mutex> &lock) {
   std::vector<std::vector<std::uint8_t>> images;
   double took = 0;
-  if (const int rc = decode_in_media_ctx(x, segs, images, took, lock); rc != 0) return rc;
+  if (const int rc = decode_in_media_ctx(x, all, segs, images, took, lock); rc != 0) return rc;
   if (!x.model.impl()->failure().empty()) return kPeerLost;  // an RPC peer failed meanwhile: nothing committed
   ++x.stats.image_batches;
   x.stats.image_decode_s += took;
@@ -189,7 +189,7 @@ int decode_side(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResul
     MediaSegment &s = all[segs[j]];
     if (!x.kv->append_data(s.conv->kv, images[j], s.rows)) {
       // No room for the copy now: this one goes through the main context.
-      if (const int r = decode_group(x, std::vector<std::size_t>{segs[j]}, result, lock, false); r != 0) return r;
+      if (const int r = decode_group(x, all, std::vector<std::size_t>{segs[j]}, result, lock, false); r != 0) return r;
       continue;
     }
     commit_media(x, s, s.output ? &x.staging[j] : nullptr, result);
@@ -197,14 +197,13 @@ int decode_side(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResul
   return 0;
 }
 
-// Decodes the images `segs` (of media_segments) together; an image longer
+// Decodes the images `segs` (of `all`, the plan's) together; an image longer
 // than n_batch goes in n_batch pieces, as mtmd_helper_decode_image_chunk
 // splits it. Commits them on success; on failure takes their cells out again
 // and returns the llama_decode code.
-int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResult &result,
-                 std::unique_lock<std::mutex> &lock, bool side_ok) {
+int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vector<std::size_t> &segs,
+                 StepResult &result, std::unique_lock<std::mutex> &lock, bool side_ok) {
   auto &mb = x.media_batch;
-  auto &all = x.media_segments;
   const std::size_t n_embd = static_cast<std::size_t>(x.projector->n_embd);
   const MediaSegment &first = all[segs.front()];
   if (x.adapters_used) x.use_adapters(first.adapters);  // throws Errc::backend: the caller fails the group
@@ -213,7 +212,7 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
   // (t, then y, x, z), as mtmd_helper_decode_image_chunk lays them out.
   const std::uint32_t n_sections = x.projector->mrope ? 4 : 1;
   if (side_ok && non_causal && !x.adapters_used && n_sections == 1) {
-    const int rc = decode_side(x, segs, result, lock);
+    const int rc = decode_side(x, all, segs, result, lock);
     if (rc != kNoSide) return rc;
   }
   std::size_t outputs = 0;
@@ -332,25 +331,26 @@ int decode_group(ExecutorCore &x, const std::vector<std::size_t> &segs, StepResu
 
 }  // namespace
 
-void ExecutorCore::run_media_locked(StepResult &result, std::unique_lock<std::mutex> &lock) {
+void ExecutorCore::run_media_locked(std::vector<MediaSegment> &media, StepResult &result,
+                                    std::unique_lock<std::mutex> &lock) {
   const std::uint32_t ucap = params.n_ubatch;
   std::vector<std::size_t> group;
   std::size_t i = 0;
-  while (i < media_segments.size()) {
+  while (i < media.size()) {
     // A group shares one embeddings batch: images of one adapter setting and
     // attention kind, together no more than a micro-batch, so llama.cpp
     // decodes each image in one ubatch as it would alone.
     group.clear();
     std::uint32_t total = 0;
-    for (; i < media_segments.size(); ++i) {
-      MediaSegment &s = media_segments[i];
+    for (; i < media.size(); ++i) {
+      MediaSegment &s = media[i];
       if (stale(s)) {
         s.failed = true;
         continue;
       }
       const std::uint32_t n = s.rows;
       if (!group.empty()) {
-        const MediaSegment &f = media_segments[group.front()];
+        const MediaSegment &f = media[group.front()];
         if (total + n > ucap || f.chunk->non_causal != s.chunk->non_causal ||
             !same_adapters(f.adapters.get(), s.adapters.get())) {
           break;
@@ -370,9 +370,9 @@ void ExecutorCore::run_media_locked(StepResult &result, std::unique_lock<std::mu
       const std::string lost = model.impl()->failure();
       if (lost.empty()) return false;
       for (std::size_t g : group) {
-        media_segments[g].failed = true;
-        post_error_locked(*media_segments[g].conv,
-                          Error(Errc::backend, fmt::format("conversation {}: {}", media_segments[g].conv->id, lost)));
+        media[g].failed = true;
+        post_error_locked(*media[g].conv,
+                          Error(Errc::backend, fmt::format("conversation {}: {}", media[g].conv->id, lost)));
         ++result.failed;
       }
       return true;
@@ -380,10 +380,10 @@ void ExecutorCore::run_media_locked(StepResult &result, std::unique_lock<std::mu
     if (fail_if_lost()) continue;
     int rc = 0;
     try {
-      rc = decode_group(*this, group, result, lock);
+      rc = decode_group(*this, media, group, result, lock);
     } catch (const Error &e) {
       for (std::size_t g : group) {  // llama.cpp refused the adapter setting
-        post_error_locked(*media_segments[g].conv, e);
+        post_error_locked(*media[g].conv, e);
         ++result.failed;
       }
       continue;
@@ -394,7 +394,7 @@ void ExecutorCore::run_media_locked(StepResult &result, std::unique_lock<std::mu
     // Narrowed down: each image alone, so one bad image fails only its own.
     const std::vector<std::size_t> tried = group;
     for (std::size_t g : tried) {
-      MediaSegment &s = media_segments[g];
+      MediaSegment &s = media[g];
       if (stale(s)) {
         s.failed = true;  // changed meanwhile: nothing to decode for it
         continue;
@@ -402,7 +402,7 @@ void ExecutorCore::run_media_locked(StepResult &result, std::unique_lock<std::mu
       if (tried.size() > 1) {
         group.assign(1, g);
         try {
-          if ((rc = decode_group(*this, group, result, lock)) == 0) continue;
+          if ((rc = decode_group(*this, media, group, result, lock)) == 0) continue;
         } catch (const Error &) {
           // Reported below as this image's failure.
         }

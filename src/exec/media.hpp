@@ -61,9 +61,10 @@ llama_batch embd_batch(Buffers &mb, std::uint32_t rows) {
 struct ExecutorCore;
 // decode_in_media_ctx's code when the second context cannot take the work.
 constexpr int kNoSide = -1001;
-// Non-causal images (x.media_segments[segs]) decoded in the second context
+struct MediaSegment;
+// Non-causal images (all[segs], the plan's) decoded in the second context
 // (media_side.cpp).
-int decode_in_media_ctx(ExecutorCore &x, const std::vector<std::size_t> &segs,
+int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, const std::vector<std::size_t> &segs,
                         std::vector<std::vector<std::uint8_t>> &images, double &seconds,
                         std::unique_lock<std::mutex> &lock);
 

@@ -24,11 +24,10 @@ namespace weft::detail {
 // kNoSide (the second context cannot take them; nothing done in the main
 // context either way); `seconds`: the time it took. `mu` held on entry and
 // exit, released around the second context's work.
-int decode_in_media_ctx(ExecutorCore &x, const std::vector<std::size_t> &segs,
+int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, const std::vector<std::size_t> &segs,
                         std::vector<std::vector<std::uint8_t>> &images, double &seconds,
                         std::unique_lock<std::mutex> &lock) {
   llama_context *side = x.media_context();
-  auto &all = x.media_segments;
   if (side == nullptr || segs.size() > ExecutorCore::kMediaSeqs) return kNoSide;
   std::uint64_t cells = 0;
   for (std::size_t i : segs) {

@@ -31,7 +31,8 @@ bool stale(const Segment &s) {
 
 }  // namespace
 
-bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std::unique_lock<std::mutex> &lock) {
+bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &budget, StepResult &result,
+                              std::unique_lock<std::mutex> &lock) {
   // Without a deadline the whole plan goes to one llama_decode; with one,
   // a micro-batch per call, so the clock can be checked between them and
   // every call that succeeds is whole (logits included). Segments are in
@@ -39,7 +40,7 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
   // the conversations that waited longest.
   const bool has_deadline = budget.deadline.has_value();
   const std::uint32_t cap = has_deadline ? params.n_ubatch : params.n_batch;
-  // The step's images went before (run_media_locked): the first token
+  // The plan's images went before (run_media_locked): the first token
   // micro-batch completes all the same, or an image that overran would
   // leave every generating conversation without a token that step.
   const std::uint32_t media_decoded = result.tokens_decoded;
@@ -130,7 +131,7 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
       }
     }
     if (const std::string lost = model.impl()->failure(); !lost.empty()) {
-      fail_parts_locked(lo, hi, lost, result);  // nothing reaches a dead peer's stand-in
+      fail_parts_locked(segments, lo, hi, lost, result);  // nothing reaches a dead peer's stand-in
       continue;
     }
     const double used_before = kv->cells_held();  // the cells attention spans, without flash attention
@@ -165,7 +166,7 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
       // zeros, never committed.
       for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[parts[i].seg].conv->kv);
       ++stats.decode_failures;
-      fail_parts_locked(lo, hi, lost, result);
+      fail_parts_locked(segments, lo, hi, lost, result);
       continue;
     }
     result.decode_seconds += took;
@@ -193,7 +194,7 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
         encode_slowdown = std::clamp(0.7 * encode_slowdown + 0.3 * ratio, 1.0, 4.0);
       }
       for (std::size_t i = lo; i < hi; ++i) {
-        if (!segments[parts[i].seg].failed) commit_part(parts[i], result);
+        if (Segment &s = segments[parts[i].seg]; !s.failed) commit_part(s, parts[i], result);
       }
       continue;
     }
@@ -229,7 +230,8 @@ bool ExecutorCore::run_locked(const StepBudget &budget, StepResult &result, std:
   }
 }
 
-void ExecutorCore::fail_parts_locked(std::size_t lo, std::size_t hi, const std::string &why, StepResult &result) {
+void ExecutorCore::fail_parts_locked(std::vector<Segment> &segments, std::size_t lo, std::size_t hi,
+                                     const std::string &why, StepResult &result) {
   for (std::size_t i = lo; i < hi; ++i) {
     Segment &s = segments[parts[i].seg];
     if (s.failed) continue;

@@ -243,8 +243,8 @@ void ExecutorCore::reuse_locked(Conv &c) {
   c.has_logits = false;
 }
 
-void ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::uint32_t &token_budget,
-                                         std::uint32_t free_cells) {
+double ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::uint32_t &token_budget,
+                                           std::uint32_t free_cells) {
   // Image rows go in an embeddings batch of their own: two decodes, each
   // with its own fixed cost, where the budget was sized for one. An
   // embeddings row costs what a token row does (raw llama.cpp, measured), so
@@ -283,11 +283,13 @@ void ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::uint
     }
   }
   const auto [tokens, rows] = split();
-  image_step_need = rows > 0 ? predict(tokens) + predict(rows) : 0.0;
+  return rows > 0 ? predict(tokens) + predict(rows) : 0.0;
 }
 
-bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t0, StepResult &result,
-                                   std::unique_lock<std::mutex> &lock) {
+StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t0, StepResult &result,
+                                       std::unique_lock<std::mutex> &lock) {
+  StepPlan out = std::move(spare_plan);  // its buffers, emptied
+  out.clear();
   for (int attempt = 0;; ++attempt) {
     // Operations made while the lock was released (sampling, a callback)
     // may have left KV work: the plan needs the cache as the histories say.
@@ -374,7 +376,7 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
     std::uint32_t free_cells = kv->cells_free();
     // Images first (each waited for its encoder); their batch's time comes
     // off what the tokens get.
-    plan_media_locked(token_budget, free_cells, timed ? &left : nullptr);
+    plan_media_locked(out.media, token_budget, free_cells, timed ? &left : nullptr);
     if (timed && !candidates.empty()) {
       // Each adapter group is a llama_decode of its own, and each switch
       // re-reserves llama.cpp's graph: what they cost comes off the budget.
@@ -383,14 +385,14 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
       // A whole image that leaves no time for a one-token decode takes the
       // step alone: the tokens wait one step instead of the step overrunning
       // by their decode. Never two such steps in a row.
-      if (!media_segments.empty() && !media_alone_last && tokens_left < cost.predict(1, depth) * cost.margin(1)) {
+      if (!out.media.empty() && !media_alone_last && tokens_left < cost.predict(1, depth) * cost.margin(1)) {
         token_budget = 0;
       }
     }
     plan_batch(candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, plan);
-    image_step_need = 0;
+    out.image_step_need = 0;
     if (timed && media_rows_wanted > 0) {
-      fit_image_rows_locked(left - group_overhead_locked(depth), depth, token_budget, free_cells);
+      out.image_step_need = fit_image_rows_locked(left - group_overhead_locked(depth), depth, token_budget, free_cells);
     }
     if (budget.max_time && adapters_used && !plan.empty()) replan_for_groups_locked(left, depth, token_budget, wanted);
     const bool pressure = kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted);
@@ -430,31 +432,33 @@ bool ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t
     handle.reset();
     info.conversation = Conversation();
     lock.lock();
-    if (closed) return false;
-    sample_phase(result, lock);  // the callback may have changed generations
-    if (closed) return false;
+    if (!closed) sample_phase(result, lock);  // the callback may have changed generations
+    if (closed) {
+      out.clear();
+      out.closed = true;
+      return out;
+    }
   }
-  media_alone_last = !media_segments.empty() && plan.empty();
-  segments.clear();
+  media_alone_last = !out.media.empty() && plan.empty();
   for (const auto &e : plan) {
     Conv &c = *plan_convs[e.index];
     if (const MediaSpan *m = c.media.empty() ? nullptr : media_front(c)) {
       // Rows of a causal image: an embeddings batch (media.cpp).
-      media_segments.push_back({.conv = &c,
-                                .chunk = m->chunk,
-                                .epoch = c.epoch,
-                                .start = c.n_decoded(),
-                                .offset = c.n_decoded() - m->begin,
-                                .rows = e.n_tokens,
-                                .adapters = adapters_used ? c.next_adapters() : nullptr,
-                                .output = e.n_tokens == c.n_queued()});
+      out.media.push_back({.conv = &c,
+                           .chunk = m->chunk,
+                           .epoch = c.epoch,
+                           .start = c.n_decoded(),
+                           .offset = c.n_decoded() - m->begin,
+                           .rows = e.n_tokens,
+                           .adapters = adapters_used ? c.next_adapters() : nullptr,
+                           .output = e.n_tokens == c.n_queued()});
       continue;
     }
-    segments.push_back({.conv = &c, .n = e.n_tokens, .epoch = c.epoch, .start = c.n_decoded()});
-    if (adapters_used) segments.back().adapters = c.next_adapters();
+    out.segments.push_back({.conv = &c, .n = e.n_tokens, .epoch = c.epoch, .start = c.n_decoded()});
+    if (adapters_used) out.segments.back().adapters = c.next_adapters();
   }
-  if (adapters_used) group_segments(budget.deadline.has_value());
-  return true;
+  if (adapters_used) group_segments(out.segments, budget.deadline.has_value());
+  return out;
 }
 
 }  // namespace weft::detail

@@ -72,21 +72,24 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   const std::uint64_t moves_before = moves.parks + moves.restores + moves.recomputes;
   reconcile_locked(&lock);  // what operations left while the sampling ran unlocked
   const bool may_age = make_resident_locked(budget.max_tokens.value_or(params.n_batch), lock);
-  if (!schedule_locked(budget, t0, result, lock)) return result;
+  StepPlan plan = schedule_locked(budget, t0, result, lock);
+  if (plan.closed) return result;
 
-  if (segments.empty() && media_segments.empty()) {
+  const bool idle = plan.empty();
+  if (idle) {
     // Idle: this step changed nothing, so the next one would not either —
     // whoever is blocked waits for the caller (dispose, rewind, clear_error).
     result.idle = result.tokens_sampled == 0 && moves.parks + moves.restores + moves.recomputes == moves_before &&
                   !may_age && convs.dirty.empty();
   } else {
     const std::uint64_t encoder_before = encoder_activity();
-    run_media_locked(result, lock);  // images whose embeddings the encoder made
-    result.deadline_hit = run_locked(budget, result, lock);
-    if (image_step_need > 0 && !result.deadline_hit && result.failed == 0 && encoder_quiet_since(encoder_before)) {
+    run_media_locked(plan.media, result, lock);  // images whose embeddings the encoder made
+    result.deadline_hit = run_locked(plan.segments, budget, result, lock);
+    if (plan.image_step_need > 0 && !result.deadline_hit && result.failed == 0 &&
+        encoder_quiet_since(encoder_before)) {
       // As CostModel::margin: up fast when such a step's decodes overran
       // their prediction, down slowly when they did not.
-      const double ratio = result.decode_seconds / image_step_need;
+      const double ratio = result.decode_seconds / plan.image_step_need;
       image_step_margin = ratio > image_step_margin ? 0.5 * (image_step_margin + ratio)
                                                      : std::max(1.0, image_step_margin - 0.002);
     }
@@ -111,8 +114,9 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     reconcile_locked(&lock);
     run_boundary_tasks_locked();
   }
+  spare_plan = std::move(plan);  // its buffers, for the next step
   lock.unlock();
-  if (segments.empty() && media_segments.empty()) result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (idle) result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return result;
 }
 

@@ -10,8 +10,7 @@
 
 namespace weft::detail {
 
-void ExecutorCore::commit_part(Part &part, StepResult &result) {
-  Segment &s = segments[part.seg];
+void ExecutorCore::commit_part(Segment &s, const Part &part, StepResult &result) {
   Conv &c = *s.conv;
   const std::uint32_t n = part.n;
   const bool stale = c.disposed || c.epoch != s.epoch;
