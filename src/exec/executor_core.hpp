@@ -62,6 +62,7 @@ struct SampleJob {
   std::shared_ptr<Sampler> sampler;
   std::uint64_t epoch;
   Token token = 0;
+  double seconds = 0;  // the sample took
   std::optional<Error> error;
 };
 
@@ -124,7 +125,6 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // with it, over its own position (then the mean position of the batch).
   bool depth_is_cells = false;
   AttentionChoice attention;  // how flash_attn was resolved (stats)
-  double sample_seconds = 0;  // running time of one sample (weight 0.2 for the newest)
   // Read by the abort callback on a ggml thread.
   std::atomic<std::int64_t> abort_deadline_ns{0};  // 0 = none
   std::atomic<bool> aborted{false};
@@ -144,21 +144,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // Images wanting a whole-image decode this step, and the embeddings
   // batch's buffers (media.cpp).
   std::vector<Conv *> media_wanting;
-  // What an embeddings batch's llama_decode has taken (the graph re-reserve
-  // for it included): the larger of the last and a running mean; 0 before
-  // the first.
-  double media_batch_s = 0;
   // The last step decoded a whole image and no tokens (schedule.cpp): the
   // next one does not do so again, so tokens go at least every other step.
   bool media_alone_last = false;
-  // How much longer a step's decodes run than predicted when it has causal
-  // image rows (StepPlan::image_step_need; a running 99th percentile, as
-  // CostModel::margin; step.cpp learns it).
-  double image_step_margin = 1.25;
-  // How much slower than the cost model predicts a decode ran while the
-  // encoder thread was encoding (a running value, 1 to 4; run.cpp learns
-  // it): a plan made while it encodes divides its time by it.
-  double encode_slowdown = 1.0;
   struct MediaBatch {
     std::vector<float> embd;
     std::vector<std::int32_t> pos, n_seq_id, seq_id;
@@ -268,11 +256,11 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // failed, or nothing while it is encoding.
   bool media_candidate_locked(Conv &c, const MediaSpan &m);
   // Plans this step's whole images from media_wanting into `out`, taking
-  // their tokens out of the budget and the free cells.
-  // With a time budget (`time_left`, seconds), an image goes only when what
-  // its embeddings batch costs (media_batch_s, twice: llama.cpp re-reserves
-  // its graph for the batch and again after it) fits, or once overdue; the
-  // time it takes comes off time_left.
+  // their tokens out of the budget and the free cells. With a time budget
+  // (`time_left`, seconds), an image goes only when what its embeddings
+  // batch costs (CostModel::media_batch_seconds, twice: llama.cpp
+  // re-reserves its graph for the batch and again after it) fits, or once
+  // overdue; the time it takes comes off time_left.
   void plan_media_locked(std::vector<MediaSegment> &out, std::uint32_t &token_budget, std::uint32_t &free_cells,
                          double *time_left);
   // After plan_batch under a time budget, when causal image rows are among

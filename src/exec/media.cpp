@@ -108,7 +108,7 @@ void ExecutorCore::plan_media_locked(std::vector<MediaSegment> &out, std::uint32
     // The first image of a step pays for the batch (later ones share it),
     // and for the flips of this context's attention unless the second
     // context decodes it.
-    const double batch_s = out.empty() ? (media_ctx != nullptr ? 1 : 2) * media_batch_s : 0;
+    const double batch_s = out.empty() ? (media_ctx != nullptr ? 1 : 2) * cost.media_batch_seconds() : 0;
     if (time_left != nullptr && batch_s > *time_left && !overdue) continue;
     if (time_left != nullptr) *time_left -= batch_s;
     out.push_back({.conv = c,
@@ -161,12 +161,6 @@ void commit_media(ExecutorCore &x, MediaSegment &s, std::vector<float> *logits, 
   c.last_served = x.stats.steps;
 }
 
-// media_batch_s: the larger of the last non-causal image batch and a running
-// mean, so a slow one is planned for at once and a fast one only gradually.
-void learn_media_batch(ExecutorCore &x, double took) {
-  x.media_batch_s = took > x.media_batch_s ? took : 0.8 * x.media_batch_s + 0.2 * took;
-}
-
 // decode_group's code when the model's RPC peer failed: not llama.cpp's.
 constexpr int kPeerLost = -1000;
 int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vector<std::size_t> &segs,
@@ -184,7 +178,7 @@ int decode_side(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vect
   x.stats.image_decode_s += took;
   result.decode_seconds += took;
   ++result.decode_calls;
-  learn_media_batch(x, took);
+  x.cost.observe_media_batch(took);
   for (std::size_t j = 0; j < segs.size(); ++j) {
     MediaSegment &s = all[segs[j]];
     if (!x.kv->append_data(s.conv->kv, images[j], s.rows)) {
@@ -300,7 +294,7 @@ int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vec
     ++x.stats.image_batches;
     x.stats.image_decode_s += took;
     if (non_causal) {
-      learn_media_batch(x, took);
+      x.cost.observe_media_batch(took);
     } else if (rc == 0 && rows > 1 && x.encoder_quiet_since(encoder_before)) {
       // Causal rows are planned with the tokens' cost model: an embeddings
       // batch of two rows or more costs what a token batch of its rows does

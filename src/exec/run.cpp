@@ -191,7 +191,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
         // shared), a running value the plan divides its time by while the
         // encoder runs.
         const double ratio = took / std::max(1e-6, cost.predict(static_cast<std::uint32_t>(b.n_tokens), d));
-        encode_slowdown = std::clamp(0.7 * encode_slowdown + 0.3 * ratio, 1.0, 4.0);
+        cost.observe_beside_encode(ratio);
       }
       for (std::size_t i = lo; i < hi; ++i) {
         if (Segment &s = segments[parts[i].seg]; !s.failed) commit_part(s, parts[i], result);

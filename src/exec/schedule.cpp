@@ -250,7 +250,7 @@ double ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::ui
   // embeddings row costs what a token row does (raw llama.cpp, measured), so
   // each decode is predicted by the token model; the plan shrinks until both
   // fit (a few rounds at most: each scales the budget by what fits).
-  // The two decodes of such steps ran image_step_margin longer than this
+  // The two decodes of such steps ran image_step_margin() longer than this
   // predicts (learnt in step.cpp), so that is planned for.
   const auto split = [&] {
     std::uint32_t rows = 0, tokens = 0;
@@ -264,7 +264,7 @@ double ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::ui
   for (int round = 0; round < 4 && token_budget > 1; ++round) {
     const auto [tokens, rows] = split();
     if (rows == 0) break;
-    const double need = (predict(tokens) + predict(rows)) * image_step_margin;
+    const double need = (predict(tokens) + predict(rows)) * cost.image_step_margin();
     if (need <= seconds) break;
     token_budget = std::max(1u, static_cast<std::uint32_t>(token_budget * std::max(0.0, seconds) / need));
     plan_batch(candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, plan);
@@ -367,10 +367,10 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
     if (timed) {
       // What is left of the budget, less the sampling that follows the decode.
       left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
-             sample_seconds * generating;
+             cost.sample_seconds() * generating;
       // The encoder thread is encoding on the same cores: decodes run slower
       // by what was seen beside earlier encodes.
-      if (encoder_activity() % 2 == 1) left /= encode_slowdown;
+      if (encoder_activity() % 2 == 1) left /= cost.encode_slowdown();
       depth = depth_is_cells ? kv->cells_held() : depth_weight > 0 ? depth_sum / depth_weight : 0;
     }
     std::uint32_t free_cells = kv->cells_free();

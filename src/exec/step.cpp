@@ -87,11 +87,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     result.deadline_hit = run_locked(plan.segments, budget, result, lock);
     if (plan.image_step_need > 0 && !result.deadline_hit && result.failed == 0 &&
         encoder_quiet_since(encoder_before)) {
-      // As CostModel::margin: up fast when such a step's decodes overran
-      // their prediction, down slowly when they did not.
-      const double ratio = result.decode_seconds / plan.image_step_need;
-      image_step_margin = ratio > image_step_margin ? 0.5 * (image_step_margin + ratio)
-                                                     : std::max(1.0, image_step_margin - 0.002);
+      cost.observe_image_step(plan.image_step_need, result.decode_seconds);
     }
     if (result.deadline_hit) ++stats.deadline_stops;
     stats.tokens_decoded += result.tokens_decoded;

@@ -104,15 +104,16 @@ void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex>
       if (sample_hook) sample_hook();
       job.token = job.sampler->sample(job.conv->logits, job.gen->params.ignore_eos);
       job.sampler->accept(job.token);
-      // A time budget keeps room for the sampling after its decode.
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-      sample_seconds = sample_seconds == 0 ? took : 0.8 * sample_seconds + 0.2 * took;
+      job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
     } catch (const Error &e) {
       job.error = e;
     }
   }
   lock.lock();
-  for (auto &job : sample_jobs) finish_sample_locked(job, result);
+  for (auto &job : sample_jobs) {
+    if (!job.error) cost.observe_sample(job.seconds);  // a time budget keeps room for it
+    finish_sample_locked(job, result);
+  }
   sample_jobs.clear();
 }
 

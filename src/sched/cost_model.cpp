@@ -180,4 +180,22 @@ std::uint32_t CostModel::tokens_within(double seconds, double kv_depth, std::uin
   return lo;
 }
 
+void CostModel::observe_sample(double seconds) {
+  sample_s_ = sample_s_ == 0 ? seconds : 0.8 * sample_s_ + 0.2 * seconds;
+}
+
+void CostModel::observe_media_batch(double seconds) {
+  media_batch_s_ = seconds > media_batch_s_ ? seconds : 0.8 * media_batch_s_ + 0.2 * seconds;
+}
+
+void CostModel::observe_image_step(double predicted, double seconds) {
+  const double ratio = seconds / predicted;
+  image_step_margin_ = ratio > image_step_margin_ ? 0.5 * (image_step_margin_ + ratio)
+                                                  : std::max(1.0, image_step_margin_ - 0.002);
+}
+
+void CostModel::observe_beside_encode(double ratio) {
+  encode_slowdown_ = std::clamp(0.7 * encode_slowdown_ + 0.3 * ratio, 1.0, 4.0);
+}
+
 }  // namespace weft::detail

@@ -71,6 +71,29 @@ class CostModel {
   // slowly (0.0002 a decode) when none does.
   double margin(std::uint32_t tokens) const noexcept { return margin_[tokens >= kSmall ? 1 : 0]; }
 
+  // What else a step's plan budgets for, learned from what ran.
+  // One sample (a time budget keeps room for the sampling after its decode):
+  // a running time, weight 0.2 for the newest; 0 until one was seen.
+  void observe_sample(double seconds);
+  double sample_seconds() const noexcept { return sample_s_; }
+  // A non-causal image's embeddings batch, the graph re-reserve for it
+  // included: the larger of the last and a running mean (weight 0.2), so a
+  // slow one is planned for at once and a fast one only gradually; 0 before
+  // the first.
+  void observe_media_batch(double seconds);
+  double media_batch_seconds() const noexcept { return media_batch_s_; }
+  // How much longer than predicted a step with causal image rows runs its
+  // two decodes (a token batch and an embeddings batch): as margin(), up
+  // halfway to a larger ratio at once, down 0.002 a step when not; at least
+  // 1, from 1.25.
+  void observe_image_step(double predicted, double seconds);
+  double image_step_margin() const noexcept { return image_step_margin_; }
+  // How much slower than predicted a decode runs beside an encode (the
+  // encoder thread on the same cores): a running ratio (weight 0.3) within
+  // [1, 4], from 1. A plan made while it encodes divides its time by it.
+  void observe_beside_encode(double ratio);
+  double encode_slowdown() const noexcept { return encode_slowdown_; }
+
  private:
   static constexpr int kDim = 3;
   std::array<double, kDim> w_{};           // a, b, c
@@ -89,6 +112,7 @@ class CostModel {
   double switch_s_ = 0;
   bool switch_seen_ = false;
   std::array<double, 2> margin_{1.1, 1.25};  // small sizes, large ones
+  double sample_s_ = 0, media_batch_s_ = 0, image_step_margin_ = 1.25, encode_slowdown_ = 1.0;
 };
 
 }  // namespace weft::detail

@@ -152,6 +152,39 @@ TEST(CostModel, LearnsALinearCost) {
   EXPECT_EQ(cm.tokens_within(10.0, 0, 512), 512u);  // at most the cap
 }
 
+// The other timings a plan budgets for, as cost_model.hpp documents them.
+TEST(CostModel, LearnsWhatElseAStepBudgetsFor) {
+  weft::detail::CostModel cm;
+  EXPECT_EQ(cm.sample_seconds(), 0.0);
+  cm.observe_sample(1e-4);
+  EXPECT_DOUBLE_EQ(cm.sample_seconds(), 1e-4);  // the first, as it is
+  cm.observe_sample(2e-4);
+  EXPECT_DOUBLE_EQ(cm.sample_seconds(), 1.2e-4);  // weight 0.2 for the newest
+
+  EXPECT_EQ(cm.media_batch_seconds(), 0.0);
+  cm.observe_media_batch(5e-3);
+  cm.observe_media_batch(1e-3);
+  EXPECT_DOUBLE_EQ(cm.media_batch_seconds(), 4.2e-3);  // a faster one, gradually
+  cm.observe_media_batch(9e-3);
+  EXPECT_DOUBLE_EQ(cm.media_batch_seconds(), 9e-3);  // a slower one, at once
+
+  EXPECT_DOUBLE_EQ(cm.image_step_margin(), 1.25);
+  cm.observe_image_step(0.010, 0.020);  // twice the prediction: halfway up at once
+  EXPECT_DOUBLE_EQ(cm.image_step_margin(), 1.625);
+  cm.observe_image_step(0.010, 0.010);
+  EXPECT_DOUBLE_EQ(cm.image_step_margin(), 1.623);  // down 0.002 a step
+  for (int i = 0; i < 1000; ++i) cm.observe_image_step(0.010, 0.005);
+  EXPECT_DOUBLE_EQ(cm.image_step_margin(), 1.0);  // never under 1
+
+  EXPECT_DOUBLE_EQ(cm.encode_slowdown(), 1.0);
+  cm.observe_beside_encode(3.0);
+  EXPECT_DOUBLE_EQ(cm.encode_slowdown(), 1.6);
+  for (int i = 0; i < 50; ++i) cm.observe_beside_encode(100.0);
+  EXPECT_DOUBLE_EQ(cm.encode_slowdown(), 4.0);
+  for (int i = 0; i < 50; ++i) cm.observe_beside_encode(0.0);
+  EXPECT_DOUBLE_EQ(cm.encode_slowdown(), 1.0);
+}
+
 // The shape measured with `weft bench frame` on `small`, one CPU thread: one
 // token ~10 ms, 2-3 tokens 26-29 ms, then ~6 ms a token, and big prompt
 // batches ~2.5 ms a token. A line through it all predicts 2 tokens fit a
