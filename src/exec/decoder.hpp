@@ -1,9 +1,10 @@
 // Decoder: what the run stage calls to decode one micro-batch.
 //
 // llama_decode by default; tests put another in front of it (to fail a batch,
-// abort one in flight, or hold a step inside its decode) through
-// exec/test_access.hpp. Called on the stepping thread with no executor lock
-// held; abort_now() is called on a ggml thread during a decode.
+// abort one in flight, or hold a step inside its decode or before a sample)
+// through tests/exec/test_access.hpp, which is not part of the library.
+// Called on the stepping thread with no executor lock held; abort_now() is
+// called on a ggml thread during a decode.
 #pragma once
 
 struct llama_batch;
@@ -21,6 +22,8 @@ class Decoder {
   virtual int decode(llama_context *ctx, llama_batch &batch) = 0;
   // Whether to abort the decode in flight (besides the step's deadline).
   virtual bool abort_now() { return false; }
+  // Before each sample of the step's sampling phase.
+  virtual void before_sample() {}
 };
 
 class LlamaDecoder final : public Decoder {

@@ -128,7 +128,6 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // Read by the abort callback on a ggml thread.
   std::atomic<std::int64_t> abort_deadline_ns{0};  // 0 = none
   std::atomic<bool> aborted{false};
-  std::function<void()> sample_hook;  // tests: runs before each sample, no lock held
 
   // Step scratch, reused so a steady-state step does not allocate. The plan
   // itself goes from stage to stage as a value; this is the last one's

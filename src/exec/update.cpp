@@ -101,7 +101,7 @@ void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex>
   for (auto &job : sample_jobs) {
     try {
       const auto s0 = std::chrono::steady_clock::now();
-      if (sample_hook) sample_hook();
+      decoder->before_sample();
       job.token = job.sampler->sample(job.conv->logits, job.gen->params.ignore_eos);
       job.sampler->accept(job.token);
       job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();

@@ -13,8 +13,12 @@ class HookDecoder final : public Decoder {
     return rc != 0 ? rc : llama_decode(ctx, batch);
   }
   bool abort_now() override { return abort_hook && abort_hook(); }
+  void before_sample() override {
+    if (sample_hook) sample_hook();
+  }
   DecodeHook decode_hook;
   AbortHook abort_hook;
+  std::function<void()> sample_hook;
 };
 
 HookDecoder &hooks_of(ExecutorCore &core) {
@@ -43,7 +47,7 @@ void set_sample_hook(Executor &executor, std::function<void()> hook) {
   auto &core = TestAccess::core(executor);
   std::lock_guard step(core.step_mu);
   std::lock_guard lock(core.mu);
-  core.sample_hook = std::move(hook);
+  hooks_of(core).sample_hook = std::move(hook);
 }
 
 void set_encode_hook(Executor &executor, std::function<void()> hook) {

@@ -1,5 +1,6 @@
 // For weft's own tests only: reaching the internals behind an Executor, and
-// putting a decoder in front of llama_decode. Not installed.
+// putting a decoder in front of llama_decode. Built into the test programs,
+// not the library.
 #pragma once
 
 #include <functional>
