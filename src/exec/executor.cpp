@@ -176,9 +176,9 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   }
   stats.step_ms.reserve(StepStats::kWindow);
   stats.decode_ms.reserve(StepStats::kWindow);
-  candidates.reserve(params.n_seq_max * 4);
-  plan.reserve(params.n_seq_max * 4);
-  plan_convs.reserve(params.n_seq_max * 4);
+  planning.candidates.reserve(params.n_seq_max * 4);
+  planning.entries.reserve(params.n_seq_max * 4);
+  planning.convs.reserve(params.n_seq_max * 4);
 }
 
 ExecutorCore::~ExecutorCore() { free_context(); }

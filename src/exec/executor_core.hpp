@@ -66,6 +66,37 @@ struct SampleJob {
   std::optional<Error> error;
 };
 
+// The schedule stage's working buffers (schedule.cpp, groups.cpp,
+// media.cpp): read by no other stage, kept only so a steady-state step does
+// not allocate.
+struct PlanningScratch {
+  std::vector<PlanCandidate> candidates;
+  std::vector<PlanEntry> entries;        // plan_batch's answer
+  std::vector<Conv *> convs;             // each candidate's conversation, by PlanCandidate::index
+  std::vector<Token> reuse_want;         // reuse_locked's
+  std::vector<Conv *> media_wanting;     // whole images that could go this step
+  std::vector<const AdapterConfig *> groups;
+  std::vector<std::size_t> group_index;  // replan: each candidate's group
+  std::vector<PlanCandidate> group_candidates;  // replan: those of the groups kept
+};
+
+// The run stage's buffers (run.cpp, media.cpp, media_side.cpp).
+struct RunBuffers {
+  std::vector<Part> parts;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [begin, end) of `parts` still to decode
+  // Logits copied out of llama.cpp with the lock released, then swapped into
+  // their conversations under it (a game call never waits for the copy).
+  // Swapping hands the old buffers back here: no allocation in steady state.
+  std::vector<std::vector<float>> staging;
+  // An embeddings batch's rows (media.cpp).
+  struct MediaBatch {
+    std::vector<float> embd;
+    std::vector<std::int32_t> pos, n_seq_id, seq_id;
+    std::vector<std::int32_t *> seq_ids;
+    std::vector<std::int8_t> logits;
+  } media_batch;
+};
+
 struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   ExecutorCore(Model model, const ExecutorParams &params);
   ~ExecutorCore();
@@ -133,36 +164,16 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // itself goes from stage to stage as a value; this is the last one's
   // buffers, taken by the next schedule.
   StepPlan spare_plan;
-  std::vector<Part> parts;
-  std::vector<PlanCandidate> candidates;
-  std::vector<PlanEntry> plan;
-  std::vector<Conv *> plan_convs;
-  std::vector<std::pair<std::size_t, std::size_t>> work_ranges;
+  PlanningScratch planning;  // the schedule stage's own
+  RunBuffers run_bufs;       // the run stage's own
   std::vector<SampleJob> sample_jobs;
-  std::vector<Token> reuse_want;  // reuse_locked's scratch
-  // Images wanting a whole-image decode this step, and the embeddings
-  // batch's buffers (media.cpp).
-  std::vector<Conv *> media_wanting;
   // The last step decoded a whole image and no tokens (schedule.cpp): the
   // next one does not do so again, so tokens go at least every other step.
   bool media_alone_last = false;
-  struct MediaBatch {
-    std::vector<float> embd;
-    std::vector<std::int32_t> pos, n_seq_id, seq_id;
-    std::vector<std::int32_t *> seq_ids;
-    std::vector<std::int8_t> logits;
-  } media_batch;
   // The adapter setting the context decodes under now (run.cpp switches it
-  // between a plan's groups), and how many groups this step's plan has.
+  // between a plan's groups).
   AdapterConfigPtr ctx_adapters;
   bool adapters_used = false;  // some conversation ever set adapters: groups are looked for
-  std::vector<const AdapterConfig *> group_scratch;
-  std::vector<std::size_t> group_index;          // replan: each plan_convs entry's group
-  std::vector<PlanCandidate> group_candidates;   // replan: those of the groups kept
-  // Logits copied out of llama.cpp with the lock released, then swapped into
-  // their conversations under it (a game call never waits for the copy).
-  // Swapping hands the old buffers back here: no allocation in steady state.
-  std::vector<std::vector<float>> staging;
   std::vector<TokenCallback> callbacks;
   // Ended generations with an on_finish to run (under mu), run by
   // deliver_finished() with no lock held.

@@ -24,12 +24,12 @@ std::size_t group_of(std::vector<const AdapterConfig *> &groups, const AdapterCo
 
 double ExecutorCore::group_overhead_locked(double depth, const std::vector<PlanEntry> *in_plan) {
   if (!adapters_used) return 0;
-  auto &groups = group_scratch;
+  auto &groups = planning.groups;
   groups.clear();
   if (in_plan != nullptr) {
-    for (const PlanEntry &e : *in_plan) group_of(groups, plan_convs[e.index]->next_adapters().get());
+    for (const PlanEntry &e : *in_plan) group_of(groups, planning.convs[e.index]->next_adapters().get());
   } else {
-    for (const Conv *c : plan_convs) group_of(groups, c->next_adapters().get());
+    for (const Conv *c : planning.convs) group_of(groups, c->next_adapters().get());
   }
   if (groups.size() <= 1 && (groups.empty() || same_adapters(groups[0], ctx_adapters.get()))) return 0;
   const bool current = std::any_of(groups.begin(), groups.end(),
@@ -49,11 +49,12 @@ void ExecutorCore::replan_for_groups_locked(double left, double depth, std::uint
   // many of them as serve the most tokens: groups left out rise in rank and
   // lead the next step, so every group still takes its turn.
   if (kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted)) return;  // the pressure path decides
-  auto &order = group_scratch;
+  auto &order = planning.groups;
   order.clear();
-  auto &member = group_index;
-  member.assign(plan_convs.size(), 0);
-  for (const PlanCandidate &c : candidates) member[c.index] = group_of(order, plan_convs[c.index]->next_adapters().get());
+  auto &member = planning.group_index;
+  member.assign(planning.convs.size(), 0);
+  for (const PlanCandidate &c : planning.candidates)
+    member[c.index] = group_of(order, planning.convs[c.index]->next_adapters().get());
   const std::size_t n_groups = order.size();
   if (n_groups < 2) return;
   const double per_call = cost.predict(1, depth) * cost.margin(1);
@@ -62,7 +63,7 @@ void ExecutorCore::replan_for_groups_locked(double left, double depth, std::uint
   std::uint64_t cap_sum = 0;
   bool has_current = false;
   for (std::size_t k = 1; k <= n_groups; ++k) {
-    for (const PlanCandidate &c : candidates) {
+    for (const PlanCandidate &c : planning.candidates) {
       if (member[c.index] != k - 1) continue;
       std::uint32_t cap = c.generating ? 1u : std::min(c.queued, c.room);
       if (!c.generating && params.max_prompt_chunk != 0) cap = std::min(cap, params.max_prompt_chunk);
@@ -80,17 +81,17 @@ void ExecutorCore::replan_for_groups_locked(double left, double depth, std::uint
     }
   }
   if (best_k == n_groups && best_tokens <= token_budget) return;  // the plan made stands
-  auto &kept = group_candidates;
+  auto &kept = planning.group_candidates;
   kept.clear();
-  for (const PlanCandidate &c : candidates) {
+  for (const PlanCandidate &c : planning.candidates) {
     if (member[c.index] < best_k) kept.push_back(c);
   }
   token_budget = std::min(best_tokens, params.n_batch);
-  plan_batch(kept, {token_budget, kv->cells_free(), params.max_prompt_chunk, stats.steps}, plan);
+  plan_batch(kept, {token_budget, kv->cells_free(), params.max_prompt_chunk, stats.steps}, planning.entries);
 }
 
 void ExecutorCore::group_segments(std::vector<Segment> &segments, bool urgent_first) {
-  auto &groups = group_scratch;
+  auto &groups = planning.groups;
   groups.clear();
   // Without a deadline the whole plan runs: the context's current group goes
   // first, saving a switch. With one, groups go in the order of their most

@@ -78,7 +78,7 @@ bool ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
     // give what one batch gives (M-RoPE cells by their 2-D place: llama.cpp's
     // mask orders an image's cells by row and column).
     if (!m.chunk->non_causal) return true;
-    media_wanting.push_back(&c);
+    planning.media_wanting.push_back(&c);
   } else if (state == MediaChunk::failed) {
     // Its input stays held back (not lost) until clear_error(); rewinding
     // past the image drops it.
@@ -91,12 +91,12 @@ bool ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
 void ExecutorCore::plan_media_locked(std::vector<MediaSegment> &out, std::uint32_t &token_budget,
                                      std::uint32_t &free_cells, double *time_left) {
   out.clear();
-  std::sort(media_wanting.begin(), media_wanting.end(), [](const Conv *a, const Conv *b) {
+  std::sort(planning.media_wanting.begin(), planning.media_wanting.end(), [](const Conv *a, const Conv *b) {
     if (a->priority != b->priority) return a->priority > b->priority;
     if (a->turn_since() != b->turn_since()) return a->turn_since() < b->turn_since();
     return a->id < b->id;
   });
-  for (Conv *c : media_wanting) {
+  for (Conv *c : planning.media_wanting) {
     const MediaSpan *m = media_front(*c);
     const std::uint32_t n = m->chunk->n_tokens;
     if (n > free_cells || n > n_ctx - std::min(n_ctx, c->n_decoded())) continue;  // waits for cells
@@ -186,7 +186,7 @@ int decode_side(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vect
       if (const int r = decode_group(x, all, std::vector<std::size_t>{segs[j]}, result, lock, false); r != 0) return r;
       continue;
     }
-    commit_media(x, s, s.output ? &x.staging[j] : nullptr, result);
+    commit_media(x, s, s.output ? &x.run_bufs.staging[j] : nullptr, result);
   }
   return 0;
 }
@@ -197,7 +197,7 @@ int decode_side(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vect
 // and returns the llama_decode code.
 int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vector<std::size_t> &segs,
                  StepResult &result, std::unique_lock<std::mutex> &lock, bool side_ok) {
-  auto &mb = x.media_batch;
+  auto &mb = x.run_bufs.media_batch;
   const std::size_t n_embd = static_cast<std::size_t>(x.projector->n_embd);
   const MediaSegment &first = all[segs.front()];
   if (x.adapters_used) x.use_adapters(first.adapters);  // throws Errc::backend: the caller fails the group
@@ -272,7 +272,7 @@ int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vec
     x.kv->make_room(rows);  // the prefix cache gives way
     const double used_before = x.kv->cells_held();
     const std::uint64_t encoder_before = x.encoder_activity();
-    if (x.staging.size() < outputs + out_rows.size()) x.staging.resize(outputs + out_rows.size());
+    if (x.run_bufs.staging.size() < outputs + out_rows.size()) x.run_bufs.staging.resize(outputs + out_rows.size());
     lock.unlock();
     if (non_causal) llama_set_causal_attn(x.ctx, false);
     const auto d0 = std::chrono::steady_clock::now();
@@ -282,7 +282,7 @@ int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vec
     if (rc == 0) {
       for (const auto &[si, row] : out_rows) {
         const float *lg = llama_get_logits_ith(x.ctx, static_cast<std::int32_t>(row));
-        x.staging[outputs++].assign(lg, lg + x.n_vocab);
+        x.run_bufs.staging[outputs++].assign(lg, lg + x.n_vocab);
       }
     }
     lock.lock();
@@ -319,7 +319,7 @@ int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vec
     return rc;
   }
   std::size_t o = 0;
-  for (std::size_t i : segs) commit_media(x, all[i], all[i].output ? &x.staging[o++] : nullptr, result);
+  for (std::size_t i : segs) commit_media(x, all[i], all[i].output ? &x.run_bufs.staging[o++] : nullptr, result);
   return 0;
 }
 

@@ -45,7 +45,7 @@ void media_truncate(Conv &c, std::uint32_t n);
 void media_erase(Conv &c, std::uint32_t p0, std::uint32_t p1);
 
 // The first `rows` rows of an embeddings batch's buffers
-// (ExecutorCore::MediaBatch) as a llama_batch; the buffers own the data.
+// (RunBuffers::MediaBatch) as a llama_batch; the buffers own the data.
 template <class Buffers>
 llama_batch embd_batch(Buffers &mb, std::uint32_t rows) {
   llama_batch b{};

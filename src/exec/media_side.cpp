@@ -19,7 +19,7 @@ namespace weft::detail {
 // Each conversation's KV data goes into a sequence of its own there, the
 // images are decoded in one batch as mtmd's helper decodes each (causal
 // attention off; each sees its own conversation only), their logits go to
-// x.staging[j] for each segs[j] that asks for them, and `images[j]` gets the
+// x.run_bufs.staging[j] for each segs[j] that asks for them, and `images[j]` gets the
 // data of segs[j]'s image cells alone. Returns 0, llama_decode's code, or
 // kNoSide (the second context cannot take them; nothing done in the main
 // context either way); `seconds`: the time it took. `mu` held on entry and
@@ -44,7 +44,7 @@ int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, c
     if (kv.n() > 0 && (data[j] = x.kv->export_kv(kv)).empty()) return kNoSide;
   }
   const std::size_t n_embd = static_cast<std::size_t>(x.projector->n_embd);
-  auto &mb = x.media_batch;
+  auto &mb = x.run_bufs.media_batch;
   std::uint32_t rows = 0;
   for (std::size_t i : segs) rows += all[i].rows;
   mb.embd.resize(std::size_t(rows) * n_embd);
@@ -67,7 +67,7 @@ int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, c
     if (s.output) mb.logits[row - 1] = 1;
   }
   llama_batch b = embd_batch(mb, rows);
-  if (x.staging.size() < segs.size()) x.staging.resize(segs.size());
+  if (x.run_bufs.staging.size() < segs.size()) x.run_bufs.staging.resize(segs.size());
   images.assign(segs.size(), {});
   lock.unlock();
   auto *mem = llama_get_memory(side);
@@ -88,7 +88,7 @@ int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, c
       row += s.rows;
       if (s.output) {
         const float *lg = llama_get_logits_ith(side, static_cast<std::int32_t>(row - 1));
-        x.staging[j].assign(lg, lg + x.n_vocab);
+        x.run_bufs.staging[j].assign(lg, lg + x.n_vocab);
       }
       // Only the image's cells go back.
       const auto seq = static_cast<llama_seq_id>(j);

@@ -45,33 +45,33 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
   // leave every generating conversation without a token that step.
   const std::uint32_t media_decoded = result.tokens_decoded;
   std::size_t cursor = 0;  // next segment to slice from
-  parts.clear();
-  auto &stack = work_ranges;  // [begin, end) ranges of `parts` still to decode
+  run_bufs.parts.clear();
+  auto &stack = run_bufs.ranges;  // [begin, end) ranges of `parts` still to decode
   stack.clear();
 
   for (;;) {
     if (stack.empty()) {
-      const std::size_t begin = parts.size();
+      const std::size_t begin = run_bufs.parts.size();
       std::uint32_t room = cap;
       const AdapterConfig *group = nullptr;  // a llama_decode is of one adapter setting
       for (; room > 0 && cursor < segments.size(); ++cursor) {
         Segment &s = segments[cursor];
         if (stale(s)) s.failed = true;
         if (!s.failed) {
-          if (parts.size() > begin && !same_adapters(group, s.adapters.get())) break;
+          if (run_bufs.parts.size() > begin && !same_adapters(group, s.adapters.get())) break;
           group = s.adapters.get();
         }
         const std::uint32_t n = s.failed ? 0 : std::min(room, s.n - s.sliced);
-        if (n > 0) parts.push_back({static_cast<std::uint32_t>(cursor), n, false, 0});
+        if (n > 0) run_bufs.parts.push_back({static_cast<std::uint32_t>(cursor), n, false, 0});
         s.sliced += n;
         room -= n;
         if (!s.failed && s.sliced < s.n) break;  // the micro-batch is full
       }
-      if (parts.size() == begin) return false;  // the plan is done
+      if (run_bufs.parts.size() == begin) return false;  // the plan is done
       // Between micro-batches; the first always runs (a deadline that had
       // passed when the step began was handled in step()).
       if (has_deadline && result.tokens_decoded > media_decoded && Clock::now() >= *budget.deadline) return true;
-      stack.push_back({begin, parts.size()});
+      stack.push_back({begin, run_bufs.parts.size()});
     }
     const auto [lo, hi] = stack.back();
     stack.pop_back();
@@ -82,22 +82,22 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     std::size_t live = 0;
     std::uint32_t outputs = 0;
     for (std::size_t i = lo; i < hi; ++i) {
-      Segment &s = segments[parts[i].seg];
+      Segment &s = segments[run_bufs.parts[i].seg];
       if (!s.failed && stale(s)) s.failed = true;
       if (s.failed) continue;
       const Conv &c = *s.conv;
-      const std::uint32_t n = parts[i].n;
+      const std::uint32_t n = run_bufs.parts[i].n;
       const std::uint32_t pos = s.start + s.done;
       const llama_pos at = c.kv.pos(pos);  // past an M-RoPE image, positions and indices part
-      parts[i].output = n == c.n_queued();
-      if (parts[i].output) parts[i].staged = outputs++;
+      run_bufs.parts[i].output = n == c.n_queued();
+      if (run_bufs.parts[i].output) run_bufs.parts[i].staged = outputs++;
       for (std::uint32_t k = 0; k < n; ++k) {
         const int row = b.n_tokens++;
         b.token[row] = c.queue[k];
         b.pos[row] = at + static_cast<llama_pos>(k);
         b.n_seq_id[row] = 1;
         b.seq_id[row][0] = c.kv.seq;
-        b.logits[row] = parts[i].output && k + 1 == n;
+        b.logits[row] = run_bufs.parts[i].output && k + 1 == n;
       }
       depth += n * (pos + (n - 1) / 2.0);
       ++live;
@@ -108,14 +108,14 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     bool switched = false;
     if (adapters_used) {
       for (std::size_t i = lo; i < hi && !switched; ++i) {
-        const Segment &s = segments[parts[i].seg];
+        const Segment &s = segments[run_bufs.parts[i].seg];
         if (s.failed) continue;
         try {
           switched = use_adapters(s.adapters);
         } catch (const Error &e) {
           // llama.cpp refused the setting: its conversations fail, others go on.
           for (std::size_t j = lo; j < hi; ++j) {
-            Segment &t = segments[parts[j].seg];
+            Segment &t = segments[run_bufs.parts[j].seg];
             if (!t.failed) {
               t.failed = true;
               post_error_locked(*t.conv, e);
@@ -125,7 +125,8 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
         }
         break;
       }
-      if (std::all_of(parts.begin() + static_cast<std::ptrdiff_t>(lo), parts.begin() + static_cast<std::ptrdiff_t>(hi),
+      if (std::all_of(run_bufs.parts.begin() + static_cast<std::ptrdiff_t>(lo),
+                      run_bufs.parts.begin() + static_cast<std::ptrdiff_t>(hi),
                       [&](const Part &p) { return segments[p.seg].failed; })) {
         continue;
       }
@@ -149,14 +150,14 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     if (rc == 0) {
       // Copied before the lock is taken again. `parts` and `staging` are
       // this thread's own.
-      if (staging.size() < outputs) staging.resize(outputs);
+      if (run_bufs.staging.size() < outputs) run_bufs.staging.resize(outputs);
       int row = 0;
       for (std::size_t i = lo; i < hi; ++i) {
-        if (segments[parts[i].seg].failed) continue;
-        row += static_cast<int>(parts[i].n);
-        if (!parts[i].output) continue;
+        if (segments[run_bufs.parts[i].seg].failed) continue;
+        row += static_cast<int>(run_bufs.parts[i].n);
+        if (!run_bufs.parts[i].output) continue;
         const float *lg = llama_get_logits_ith(ctx, row - 1);
-        staging[parts[i].staged].assign(lg, lg + n_vocab);
+        run_bufs.staging[run_bufs.parts[i].staged].assign(lg, lg + n_vocab);
       }
     }
     lock.lock();
@@ -164,7 +165,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     if (const std::string lost = model.impl()->failure(); !lost.empty()) {
       // An RPC peer failed during this decode: its logits are the relay's
       // zeros, never committed.
-      for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[parts[i].seg].conv->kv);
+      for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[run_bufs.parts[i].seg].conv->kv);
       ++stats.decode_failures;
       fail_parts_locked(segments, lo, hi, lost, result);
       continue;
@@ -194,7 +195,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
         cost.observe_beside_encode(ratio);
       }
       for (std::size_t i = lo; i < hi; ++i) {
-        if (Segment &s = segments[parts[i].seg]; !s.failed) commit_part(s, parts[i], result);
+        if (Segment &s = segments[run_bufs.parts[i].seg]; !s.failed) commit_part(s, run_bufs.parts[i], result);
       }
       continue;
     }
@@ -202,7 +203,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     // llama.cpp keeps the micro-batches it finished before a failure or an
     // abort: bring every sequence back to its last committed position, so
     // the cache and the ledger agree and the tokens can simply be retried.
-    for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[parts[i].seg].conv->kv);
+    for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[run_bufs.parts[i].seg].conv->kv);
     if (rc == 2 && aborted.load()) {
       // Our deadline, not a fault. It took at least this long: if that is
       // more than predicted, the cost model learns it (else a chunk that
@@ -217,15 +218,15 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     if (live > 1) {
       // Narrow the failure down: each half on its own.
       std::size_t first = lo;
-      while (segments[parts[first].seg].failed) ++first;
+      while (segments[run_bufs.parts[first].seg].failed) ++first;
       const std::size_t mid = first + (hi - first) / 2;
       stack.push_back({mid, hi});
       stack.push_back({lo, mid});
       continue;
     }
     for (std::size_t i = lo; i < hi; ++i) {
-      Segment &s = segments[parts[i].seg];
-      if (!s.failed) fail_segment_locked(s, parts[i].n, rc, result);
+      Segment &s = segments[run_bufs.parts[i].seg];
+      if (!s.failed) fail_segment_locked(s, run_bufs.parts[i].n, rc, result);
     }
   }
 }
@@ -233,7 +234,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
 void ExecutorCore::fail_parts_locked(std::vector<Segment> &segments, std::size_t lo, std::size_t hi,
                                      const std::string &why, StepResult &result) {
   for (std::size_t i = lo; i < hi; ++i) {
-    Segment &s = segments[parts[i].seg];
+    Segment &s = segments[run_bufs.parts[i].seg];
     if (s.failed) continue;
     s.failed = true;
     post_error_locked(*s.conv, Error(Errc::backend, fmt::format("conversation {}: {}", s.conv->id, why)));

@@ -124,7 +124,7 @@ Conv *ExecutorCore::pick_victim_locked(const Conv *for_whom, bool idle_only) {
 
 bool ExecutorCore::make_resident_locked(std::uint32_t token_budget, std::unique_lock<std::mutex> &lock) {
   // Who waits to become resident, most urgent first.
-  std::vector<Conv *> &wanting = plan_convs;  // scratch; the plan rebuilds it
+  std::vector<Conv *> &wanting = planning.convs;  // scratch; the plan rebuilds it
   wanting.clear();
   for (auto &[id, cp] : convs.all) {
     Conv &c = *cp;
@@ -213,7 +213,7 @@ bool ExecutorCore::follows_locked(const Conv &c) const {
   const std::uint32_t from = c.n_decoded();
   const std::uint32_t n = from + c.n_queued() - 1;  // its last token is decoded anyway
   if (n < from + PrefixIndex::kBlock) return false;
-  for (const Conv *l : plan_convs) {
+  for (const Conv *l : planning.convs) {
     if (l->gen_token_queued || l->n_queued() < 2) continue;  // a leader decodes a prompt
     if (!same_adapters(l->next_adapters().get(), c.next_adapters().get())) continue;  // its KV would differ
     const std::uint32_t lim = std::min(n, l->n_decoded() + l->n_queued());
@@ -225,7 +225,7 @@ bool ExecutorCore::follows_locked(const Conv &c) const {
 }
 
 void ExecutorCore::reuse_locked(Conv &c) {
-  auto &want = reuse_want;
+  auto &want = planning.reuse_want;
   want.assign(c.history.begin(), c.history.end());
   const auto queued = c.queue.view();
   want.insert(want.end(), queued.begin(), queued.end());
@@ -254,8 +254,8 @@ double ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::ui
   // predicts (learnt in step.cpp), so that is planned for.
   const auto split = [&] {
     std::uint32_t rows = 0, tokens = 0;
-    for (const auto &e : plan) {
-      const Conv &c = *plan_convs[e.index];
+    for (const auto &e : planning.entries) {
+      const Conv &c = *planning.convs[e.index];
       (c.media.empty() || media_front(c) == nullptr ? tokens : rows) += e.n_tokens;
     }
     return std::pair{tokens, rows};
@@ -267,15 +267,15 @@ double ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::ui
     const double need = (predict(tokens) + predict(rows)) * cost.image_step_margin();
     if (need <= seconds) break;
     token_budget = std::max(1u, static_cast<std::uint32_t>(token_budget * std::max(0.0, seconds) / need));
-    plan_batch(candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, plan);
+    plan_batch(planning.candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, planning.entries);
   }
   // A piece of one row costs far more than one row of a larger piece (on
   // npc at 3,400 cells: 3.4 ms against 2.0 ms for two rows, measured): an
   // image with rows left gets two where the budget has a token to spare.
   std::uint32_t planned = 0;
-  for (const auto &e : plan) planned += e.n_tokens;
-  for (auto &e : plan) {
-    const Conv &c = *plan_convs[e.index];
+  for (const auto &e : planning.entries) planned += e.n_tokens;
+  for (auto &e : planning.entries) {
+    const Conv &c = *planning.convs[e.index];
     const MediaSpan *m = c.media.empty() ? nullptr : media_front(c);
     if (m != nullptr && e.n_tokens == 1 && m->end() - c.n_decoded() > 1 && planned < std::min(token_budget, free_cells)) {
       ++e.n_tokens;
@@ -294,9 +294,9 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
     // Operations made while the lock was released (sampling, a callback)
     // may have left KV work: the plan needs the cache as the histories say.
     reconcile_locked(&lock);
-    candidates.clear();
-    plan_convs.clear();
-    media_wanting.clear();
+    planning.candidates.clear();
+    planning.convs.clear();
+    planning.media_wanting.clear();
     std::uint64_t wanted = 0;
     double depth_sum = 0, depth_weight = 0;
     std::uint32_t no_slot = 0, held_back = 0, generating = 0;
@@ -348,9 +348,9 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
           queued = std::min(queued, text_run(c));  // text up to the next image
         }
       }
-      candidates.push_back({static_cast<std::uint32_t>(plan_convs.size()), queued, room, c.priority,
+      planning.candidates.push_back({static_cast<std::uint32_t>(planning.convs.size()), queued, room, c.priority,
                             c.turn_since(), c.gen_token_queued});
-      plan_convs.push_back(&c);
+      planning.convs.push_back(&c);
       wanted += std::min(queued, room);
       if (!depth_is_cells) {
         // Attention costs by each token's own position: weigh what each wants.
@@ -363,7 +363,7 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
     }
     std::uint32_t token_budget = budget.max_tokens.value_or(params.n_batch);
     double left = 0, depth = 0;
-    const bool timed = budget.max_time && (!candidates.empty() || !media_wanting.empty());
+    const bool timed = budget.max_time && (!planning.candidates.empty() || !planning.media_wanting.empty());
     if (timed) {
       // What is left of the budget, less the sampling that follows the decode.
       left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
@@ -377,7 +377,7 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
     // Images first (each waited for its encoder); their batch's time comes
     // off what the tokens get.
     plan_media_locked(out.media, token_budget, free_cells, timed ? &left : nullptr);
-    if (timed && !candidates.empty()) {
+    if (timed && !planning.candidates.empty()) {
       // Each adapter group is a llama_decode of its own, and each switch
       // re-reserves llama.cpp's graph: what they cost comes off the budget.
       const double tokens_left = left - group_overhead_locked(depth);
@@ -389,28 +389,30 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
         token_budget = 0;
       }
     }
-    plan_batch(candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, plan);
+    plan_batch(planning.candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, planning.entries);
     out.image_step_need = 0;
     if (timed && media_rows_wanted > 0) {
       out.image_step_need = fit_image_rows_locked(left - group_overhead_locked(depth), depth, token_budget, free_cells);
     }
-    if (budget.max_time && adapters_used && !plan.empty()) replan_for_groups_locked(left, depth, token_budget, wanted);
+    if (budget.max_time && adapters_used && !planning.entries.empty())
+      replan_for_groups_locked(left, depth, token_budget, wanted);
     const bool pressure = kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted);
     result.blocked = no_slot + held_back;
     if (!pressure) break;
     // Who got less than it wanted, and who got nothing, because cells ran out.
     Conv *first_short = nullptr;
     std::uint32_t n_blocked = 0;
-    for (const auto &cand : candidates) {
-      const auto it = std::find_if(plan.begin(), plan.end(), [&](auto &e) { return e.index == cand.index; });
-      const std::uint32_t got = it == plan.end() ? 0 : it->n_tokens;
+    for (const auto &cand : planning.candidates) {
+      const auto it = std::find_if(planning.entries.begin(), planning.entries.end(),
+                                   [&](auto &e) { return e.index == cand.index; });
+      const std::uint32_t got = it == planning.entries.end() ? 0 : it->n_tokens;
       std::uint32_t want = std::min(cand.queued, cand.room);
       if (params.max_prompt_chunk != 0 && !cand.generating) want = std::min(want, params.max_prompt_chunk);
       if (got >= want) continue;
-      if (first_short == nullptr) first_short = plan_convs[cand.index];
+      if (first_short == nullptr) first_short = planning.convs[cand.index];
       if (got > 0) continue;
       ++n_blocked;
-      Conv &c = *plan_convs[cand.index];
+      Conv &c = *planning.convs[cand.index];
       if (params.pressure == PressurePolicy::fail && attempt == 0) {
         post_error_locked(c, Error(Errc::out_of_range, fmt::format("conversation {} needs {} KV cells, {} of {} are free",
                                                                    c.id, want, kv->cells_free(), n_ctx)));
@@ -439,9 +441,9 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
       return out;
     }
   }
-  media_alone_last = !out.media.empty() && plan.empty();
-  for (const auto &e : plan) {
-    Conv &c = *plan_convs[e.index];
+  media_alone_last = !out.media.empty() && planning.entries.empty();
+  for (const auto &e : planning.entries) {
+    Conv &c = *planning.convs[e.index];
     if (const MediaSpan *m = c.media.empty() ? nullptr : media_front(c)) {
       // Rows of a causal image: an embeddings batch (media.cpp).
       out.media.push_back({.conv = &c,

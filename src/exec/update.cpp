@@ -37,7 +37,7 @@ void ExecutorCore::commit_part(Segment &s, const Part &part, StepResult &result)
   c.history.insert(c.history.end(), input.begin(), input.end());
   c.queue.pop_front(n);
   if (part.output) {
-    c.logits.swap(staging[part.staged]);  // copied with the lock released (run.cpp)
+    c.logits.swap(run_bufs.staging[part.staged]);  // copied with the lock released (run.cpp)
     c.has_logits = true;
   } else {
     c.has_logits = false;
