@@ -144,15 +144,18 @@ TEST(Completion, OnFinishWithTheWorkerWakesAWaiterWithoutPolling) {
     std::mutex mu;
     std::condition_variable cv;
     bool ended = false;
-    auto g = c.generate({.max_tokens = 200, .on_finish = [&](const weft::GenerationResult &) {
-                           std::lock_guard lk(mu);
-                           ended = true;
-                           cv.notify_all();
-                         }});
+    // Even rounds end at max_tokens; odd ones are cancelled long before it
+    // (few tokens either way: this runs under TSan too, ~0.1 s a step).
+    auto on_finish = [&](const weft::GenerationResult &) {
+      std::lock_guard lk(mu);
+      ended = true;
+      cv.notify_all();
+    };
+    auto g = c.generate({.max_tokens = round % 2 == 0 ? 6u : 100000u, .on_finish = on_finish});
     std::this_thread::sleep_for(std::chrono::milliseconds(5 * round));
     if (round % 2 == 1) g.cancel();  // the worker, asleep or not, runs on_finish
     std::unique_lock lk(mu);
-    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(20), [&] { return ended; })) << "round " << round;
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return ended; })) << "round " << round;
     EXPECT_TRUE(g.done());
   }
   ex.stop();
