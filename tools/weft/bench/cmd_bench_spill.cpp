@@ -35,7 +35,7 @@ struct Opts {
 struct Result {
   std::string name;
   double seconds = 0, bytes_per_conv = 0;
-  std::uint64_t generated = 0, workload_tokens = 0, eog_restarts = 0;
+  std::uint64_t generated = 0, workload_tokens = 0;
   std::uint64_t parks = 0, restores = 0, recomputes = 0;
   double park_ms = 0, restore_ms = 0;
 };
@@ -81,30 +81,13 @@ Result run_workload(weft::Model &model, const Opts &o, const std::string &name, 
     for (unsigned s = 0; s < n; s += w) {
       const unsigned e = std::min(n, s + w);
       std::vector<weft::Generation> gens;
-      std::vector<std::uint32_t> produced(e - s, 0);
       for (unsigned i = s; i < e; ++i) {
         convs[i].prompt(bench::random_tokens(rng, o.prompt_tokens, n_vocab));
-        gens.push_back(convs[i].generate({.max_tokens = o.gen_tokens}));
+        // ignore_eos: a random model's early end token would cut a run short.
+        gens.push_back(convs[i].generate({.max_tokens = o.gen_tokens, .ignore_eos = true}));
       }
-      for (bool busy = true; busy;) {
-        ex.step();
-        busy = false;
-        for (std::size_t k = 0; k < gens.size(); ++k) {
-          if (!gens[k].done()) {
-            busy = true;
-            continue;
-          }
-          if (produced[k] >= o.gen_tokens) continue;
-          produced[k] += static_cast<std::uint32_t>(gens[k].n_tokens());
-          // A random model may end early: go on, so every run samples as many.
-          if (produced[k] < o.gen_tokens) {
-            gens[k] = convs[s + k].generate({.max_tokens = o.gen_tokens - produced[k]});
-            ++r.eog_restarts;
-            busy = true;
-          }
-        }
-      }
-      for (auto p : produced) r.generated += p;
+      while (std::any_of(gens.begin(), gens.end(), [](const weft::Generation &g) { return !g.done(); })) ex.step();
+      for (const auto &g : gens) r.generated += g.n_tokens();
       // Bytes one parked conversation holds: what a park or restore moves.
       const auto st = ex.stats();
       if (st.parked_ram > 0) bytes_sum += double(st.ram_bytes) / st.parked_ram, ++bytes_samples;
@@ -157,7 +140,6 @@ nlohmann::json result_json(const Result &r, double resident_tps) {
           {"workload_tokens", r.workload_tokens},
           {"tokens_per_s", tps},
           {"vs_resident", resident_tps > 0 ? tps / resident_tps : 0},
-          {"eog_restarts", r.eog_restarts},
           {"parks", r.parks},
           {"restores", r.restores},
           {"recomputes", r.recomputes},

@@ -47,7 +47,7 @@ struct Phase {
 };
 
 // Steps until nothing is left; counts what llama_decode took.
-Phase run_until_idle(weft::Executor &ex, const std::function<void()> &after_step = {}) {
+Phase run_until_idle(weft::Executor &ex) {
   Phase ph;
   const auto t0 = bench::now_ns();
   for (;;) {
@@ -55,7 +55,6 @@ Phase run_until_idle(weft::Executor &ex, const std::function<void()> &after_step
     ph.decode_seconds += r.decode_seconds;
     ph.tokens += r.tokens_decoded;
     if (r.tokens_decoded > 0) ++ph.steps;
-    if (after_step) after_step();
     if (r.idle) break;
   }
   ph.seconds = bench::seconds_since(t0);
@@ -83,22 +82,13 @@ nlohmann::json run_row(weft::Executor &ex, const Row &row, bool pps, std::mt1993
   // Generation phase: TG greedy tokens each, B decoded per step. Every
   // sampled token joins its conversation and is decoded at the next step, so
   // stepping to idle decodes exactly TG tokens per sequence, as batched-bench.
-  // A random model may sample an end-of-generation token early: generation
-  // then simply goes on from it, so every row decodes the same count.
+  // A random model may favour an end-of-generation token: ignore_eos keeps
+  // every row at the same count.
   std::vector<weft::Generation> gens(convs.size());
-  std::vector<std::size_t> produced(convs.size(), 0);
   const auto t_tg0 = bench::now_ns();
-  for (std::size_t i = 0; i < convs.size(); ++i) gens[i] = convs[i].generate({.max_tokens = row.tg});
-  std::uint64_t restarts = 0;
-  Phase tg = run_until_idle(ex, [&] {
-    for (std::size_t i = 0; i < convs.size(); ++i) {
-      if (!gens[i].done() || gens[i].reason() != weft::FinishReason::end_of_generation) continue;
-      produced[i] += gens[i].n_tokens();
-      if (produced[i] >= row.tg) continue;
-      gens[i] = convs[i].generate({.max_tokens = static_cast<std::uint32_t>(row.tg - produced[i])});
-      ++restarts;
-    }
-  });
+  for (std::size_t i = 0; i < convs.size(); ++i)
+    gens[i] = convs[i].generate({.max_tokens = row.tg, .ignore_eos = true});
+  Phase tg = run_until_idle(ex);
   tg.seconds = bench::seconds_since(t_tg0);
   for (auto &c : convs) c.dispose();
 
@@ -123,8 +113,7 @@ nlohmann::json run_row(weft::Executor &ex, const Row &row, bool pps, std::mt1993
           {"decode_s_pp", pp.decode_seconds},
           {"decode_s_tg", tg.decode_seconds},
           {"steps_pp", pp.steps},
-          {"steps_tg", tg.steps},
-          {"eog_restarts", restarts}};
+          {"steps_tg", tg.steps}};
 }
 
 void run(Opts o) {
