@@ -295,7 +295,7 @@ TEST(Images, ImagesShareOneEmbeddingsBatch) {
 }
 
 // An image queued while a step runs is encoded after that step, not beside
-// it (the encode would take the step's cores: docs/EXECUTOR.md); while steps
+// it (the encode would take the step's cores: docs/IMAGES.md); while steps
 // run back to back, it still starts at the next step boundary.
 TEST(Images, AnImageQueuedDuringAStepIsEncodedAfterIt) {
   const auto &m = weft_test::tiny();

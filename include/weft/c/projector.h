@@ -4,7 +4,7 @@
 //
 // Part of weft.h (include that one; the rules it states apply here). The
 // C++ side is weft/projector.hpp and Conversation::prompt_image
-// (docs/EXECUTOR.md, "Images"): the vision encoder runs on the executor's
+// (docs/IMAGES.md): the vision encoder runs on the executor's
 // own encoder thread (or in weft_executor_encode_images, where the caller
 // places it), never inside a step, and a step decodes each image whole once
 // its embeddings are ready.
