@@ -178,7 +178,12 @@ namespace Weft.UnityTests
             var loop = new FrameLoop();
             int readyFrame = -1, savedFrame = -1, loadedFrame = -1;
             ulong oldId = 0;
-            const int Measured = 240;  // 4 s at 60 Hz, after every path ran once
+            // 4 s at 60 Hz, after every path ran once; longer (up to 4x) until
+            // 30 steady frames with tokens were seen: on a loaded machine the
+            // frames slow down, a reply then ends every frame or two, and
+            // nearly every frame asks an NPC again (seen: 21 steady frames of
+            // 240, 43 tokens a frame, against 203 of 240 when idle).
+            const int Measured = 240, SteadyWanted = 30;
             int restarts = 0, tokensBefore = 0, tokenFrames = 0, steadyFrames = 0, gcBefore = 0;
             long steadyBytes = 0;
             var measuredMs = new System.Collections.Generic.List<double>();
@@ -234,7 +239,7 @@ namespace Weft.UnityTests
                     oldId = npc.Npc(0).Id;
                     UnityEngine.Input.Down[(int)UnityEngine.KeyCode.L] = true;
                 }
-                return measuredMs.Count < Measured;
+                return measuredMs.Count < Measured || (tokenFrames < SteadyWanted && measuredMs.Count < 4 * Measured);
             });
             int gcAfter = GC.CollectionCount(0);
             Console.WriteLine("  sample: ready at frame " + readyFrame + ", saved " + savedFrame + ", loaded " + loadedFrame +
@@ -246,7 +251,7 @@ namespace Weft.UnityTests
             Check.True(loadedFrame >= 0 && npc.Npc(0).Id != oldId && npc.Npc(0).TokenCount > 0,
                        "NPC 0 loaded with L as a new conversation with history");
             Check.True(npc.Subtitle(0).Length > 0 && npc.Subtitle(1).Length > 0, "subtitles were streamed");
-            Check.Equal(Measured, measuredMs.Count, "measured frames");
+            Check.True(measuredMs.Count >= Measured, "measured frames: " + measuredMs.Count);
 
             // Main-thread time of every measured Update, reported, not asserted
             // (speed is `weft bench main-thread`'s to judge, not a test's): a
@@ -269,7 +274,8 @@ namespace Weft.UnityTests
             Console.WriteLine("  steady frames: " + steadyFrames + " (" + tokenFrames + " with tokens), " + steadyBytes +
                               " bytes allocated; asking again: " + restartBytes + " bytes; gen-0 collections " +
                               gcBefore + " -> " + gcAfter + " (EventPump alone: the test unity_pump)");
-            Check.True(tokenFrames >= 30, "steady frames that received tokens: " + tokenFrames);
+            Check.True(tokenFrames >= SteadyWanted, "steady frames that received tokens: " + tokenFrames + " in " +
+                       measuredMs.Count + " measured frames");
             Check.Equal(0L, steadyBytes, "bytes Update allocated in steady frames");
 
             // The frame budget: the worker's steps stayed near FrameBudgetMs.
