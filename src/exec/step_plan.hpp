@@ -27,12 +27,13 @@ struct Segment {
   bool counted = false;  // counted in StepResult::conversations
 };
 
-// Part of one llama_decode call: `n` tokens of segment `seg`.
+// Part of one llama_decode call: `n` tokens of segment `seg` (the run
+// stage slices the plan's segments into these).
 struct Part {
   std::uint32_t seg;
   std::uint32_t n;
   bool output;           // its last token's logits are read (it ends the queue)
-  std::uint32_t staged;  // when output: its logits' buffer in `staging`
+  std::uint32_t staged;  // when output: its logits' buffer in RunBuffers::staging
 };
 
 // Media decoded in this step, from its embeddings (media.cpp): a whole
