@@ -243,9 +243,10 @@ struct WorkerParams {
   // Default 100 ms. Must be > 0.
   std::chrono::milliseconds idle_wait{100};
   // Called on the worker thread after every step it runs, with that step's
-  // result (a step that found nothing to do included: StepResult::idle),
-  // e.g. for a step time histogram. Default none. Must not throw (a throw
-  // is ignored) nor call step(); it may call stop().
+  // result (a step that found nothing to do included: StepResult::idle; a
+  // step that threw, a weft bug counted in stats().worker_errors, as an
+  // idle one), e.g. for a step time histogram. Default none. Must not throw
+  // (a throw is ignored) nor call step(); it may call stop().
   std::function<void(const StepResult &result)> on_step;
 };
 

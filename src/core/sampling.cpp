@@ -231,29 +231,31 @@ Token Sampler::sample_argmax(std::span<const float> logits) const {
 Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
   check_size(logits);
   // One candidate array per thread, shared by every sampler on it (384 KB
-  // for 32,000 tokens): a step samples many conversations in turn, and one
-  // array stays in cache where one per sampler would not.
-  thread_local std::vector<llama_token_data> cur_;
-  cur_.resize(logits.size());
+  // for 32,000 tokens), rather than one per sampler: 64 conversations at a
+  // temperature would otherwise hold 24 MB of scratch.
+  thread_local std::vector<llama_token_data> candidates;
+  candidates.resize(logits.size());
   // The checks in one vector pass (a NaN is looked for again only when
   // there is one), then the candidates: stores only.
   bool nan = false;
-  float max_logit = max_of(logits.data(), logits.size(), nan);
+  const float max_logit = max_of(logits.data(), logits.size(), nan);
   const float *p = logits.data();
-  llama_token_data *d = cur_.data();
-  for (std::size_t i = 0, n = cur_.size(); i < n; ++i) d[i] = llama_token_data{static_cast<llama_token>(i), p[i], 0.0f};
+  llama_token_data *d = candidates.data();
+  for (std::size_t i = 0, n = candidates.size(); i < n; ++i) d[i] = {static_cast<llama_token>(i), p[i], 0.0f};
   if (nan) {
     const auto at = std::find_if(logits.begin(), logits.end(), [](float l) { return std::isnan(l); });
     fail(Errc::invalid_argument, fmt::format("logits[{}] is NaN", at - logits.begin()));
   }
-  if (ban_eog) {
-    for (const std::int32_t e : model_.impl()->eog) cur_[static_cast<std::size_t>(e)].logit = -INFINITY;
-    max_logit = -INFINITY;  // what is left
-    for (const auto &c : cur_) max_logit = c.logit > max_logit ? c.logit : max_logit;
+  bool finite = max_logit > -INFINITY;
+  if (ban_eog && finite) {
+    for (const std::int32_t e : model_.impl()->eog) d[e].logit = -INFINITY;
+    // Something finite left? (The first candidate usually answers.)
+    finite = std::any_of(candidates.begin(), candidates.end(),
+                         [](const llama_token_data &c) { return c.logit > -INFINITY; });
   }
-  if (max_logit == -INFINITY) fail(Errc::invalid_argument, "every logit is -inf: no token can be sampled");
+  if (!finite) fail(Errc::invalid_argument, "every logit is -inf: no token can be sampled");
 
-  llama_token_data_array arr{cur_.data(), cur_.size(), -1, false};
+  llama_token_data_array arr{candidates.data(), candidates.size(), -1, false};
   if (grammar_) {
     guarded("grammar apply", [&] { llama_sampler_apply(grammar_.get(), &arr); });
     bool any = false;

@@ -241,6 +241,7 @@ Executor::~Executor() {
   // goes away. (From a callback on the stepping thread, that step is ours.)
   std::unique_lock<std::mutex> step;
   if (core_->stepping.load() != std::this_thread::get_id()) step = std::unique_lock(core_->step_mu);
+  std::vector<std::shared_ptr<detail::GenState>> ended;
   {
     std::lock_guard guard(core_->mu);
     // Handles may outlive us: end generations, free the context now, and
@@ -255,8 +256,9 @@ Executor::~Executor() {
     core_->encoder.reset();
     core_->run_boundary_tasks_locked();  // a pending save learns it is disposed
     core_->free_context();
+    ended.swap(core_->finished);
   }
-  core_->deliver_finished();
+  detail::ExecutorCore::deliver_finished(ended);
 }
 
 Executor::Executor(Executor &&) noexcept = default;

@@ -175,8 +175,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   AdapterConfigPtr ctx_adapters;
   bool adapters_used = false;  // some conversation ever set adapters: groups are looked for
   std::vector<TokenCallback> callbacks;
-  // Ended generations with an on_finish to run (under mu), run by
-  // deliver_finished() with no lock held.
+  // Ended generations with an on_finish to run (under mu): taken at the end
+  // of a step (or by the destructor) and run by deliver_finished().
   std::vector<std::shared_ptr<GenState>> finished;
   std::vector<std::uint64_t> parks_asked;  // reconcile's scratch
   std::map<std::vector<Token>, std::uint64_t> pins;  // pinned prefix -> its Conv
@@ -307,8 +307,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
                                        bool publish = true);
   void post_error_locked(Conv &c, Error e);
   void deliver_callbacks();
-  // Runs the on_finish of every generation in `finished`; no lock held.
-  void deliver_finished();
+  // Runs the on_finish of each of `ended` (taken from `finished`); no lock
+  // held.
+  static void deliver_finished(const std::vector<std::shared_ptr<GenState>> &ended);
 
   StepResult step(const StepBudget &budget);
 };

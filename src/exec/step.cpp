@@ -61,8 +61,10 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   if (budget.deadline && *budget.deadline <= t0) {
     result.deadline_hit = true;  // already late: decode nothing
     ++stats.deadline_stops;
+    std::vector<std::shared_ptr<GenState>> ended;
+    ended.swap(finished);  // ended by game threads' calls since the last step
     lock.unlock();
-    deliver_finished();  // ended by game threads' calls since the last step
+    deliver_finished(ended);
     return result;
   }
   ++stats.steps;
@@ -102,7 +104,6 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   }
   lock.unlock();
   deliver_callbacks();
-  deliver_finished();
   lock.lock();
   if (!boundary_tasks.empty()) {
     // A save asked for during the step (its callbacks included): the
@@ -111,8 +112,11 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     run_boundary_tasks_locked();
   }
   spare_plan = std::move(plan);  // its buffers, for the next step
+  std::vector<std::shared_ptr<GenState>> ended;
+  ended.swap(finished);  // empty in most steps: no allocation, no extra lock
   lock.unlock();
   if (idle) result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  deliver_finished(ended);
   return result;
 }
 

@@ -196,13 +196,8 @@ void ExecutorCore::deliver_callbacks() {
   callbacks.clear();
 }
 
-void ExecutorCore::deliver_finished() {
-  std::vector<std::shared_ptr<GenState>> ended;
-  {
-    std::lock_guard lock(mu);
-    ended.swap(finished);
-  }
-  for (auto &gen : ended) {
+void ExecutorCore::deliver_finished(const std::vector<std::shared_ptr<GenState>> &ended) {
+  for (const auto &gen : ended) {
     GenerationResult result;
     {
       std::lock_guard lock(gen->mu);

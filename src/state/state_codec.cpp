@@ -88,7 +88,7 @@ std::uint32_t crc32(std::span<const std::uint8_t> bytes) {
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab) {
   Writer w;
   w.raw(kConvMagic, 8);
-  const std::uint32_t version = r.gen && r.gen->ignore_eos ? 6 : kPlainStateVersion;
+  const std::uint32_t version = r.gen && r.gen->ignore_eos ? kStateVersion : kPlainStateVersion;
   w.put(version);
   w.put(fingerprint);
   w.put<std::int32_t>(n_vocab);

@@ -128,6 +128,16 @@ TEST(Sampling, BanningEndTokensPicksTheBestOtherTokenOnEveryPath) {
     for (int k = 0; k < 20; ++k) EXPECT_FALSE(model().is_eog(hot.sample(l, true)));
     EXPECT_EQ(hot.sample(l), end);
   }
+  // Only end tokens finite: banned, nothing is left, on every path.
+  std::vector<float> only_end(n_vocab(), -INFINITY);
+  for (Token t : eog) only_end[static_cast<std::size_t>(t)] = 1.0f;
+  for (const SamplerParams &p : {SamplerParams{}, SamplerParams{.repeat_penalty = 1.1f},
+                                 SamplerParams{.temperature = 1.0f, .seed = 3}}) {
+    Sampler s(model(), p);
+    EXPECT_TRUE(model().is_eog(s.sample(only_end)));
+    EXPECT_TRUE(
+        throws_weft([&] { (void)s.sample(only_end, true); }, weft::Errc::invalid_argument, "every logit is -inf"));
+  }
 }
 
 TEST(Sampling, SeedsAreReproducibleAndDistinct) {

@@ -257,6 +257,7 @@ WEFT_C_API weft_status weft_executor_n_ctx(const weft_executor *executor, uint32
 // The background worker: steps on an executor-owned thread until stopped,
 // sleeping while idle and waking on new work. on_token callbacks then run on
 // that thread; a main thread that must not be called back polls events.
+
 // Called on the worker thread after every step it runs, with that step's
 // result (struct_size set; idle steps included). Must not call a step; may
 // call weft_executor_stop.

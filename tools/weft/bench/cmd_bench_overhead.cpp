@@ -108,7 +108,7 @@ void run(Opts o) {
   fmt::print("\nweft bench overhead: model {}, {} prompt + {} generated tokens per conversation, {} reps, "
              "n_threads = {}, {}\n\n",
              path, o.prompt, o.tokens, o.reps, o.threads, attention);
-  fmt::print("| {:>4} | {:>11} | {:>16} | {:>15} | {:>18} | {:>10} |\n", "B", "temperature", "weft us/token (med)",
+  fmt::print("| {:>4} | {:>11} | {:>19} | {:>15} | {:>19} | {:>10} |\n", "B", "temperature", "weft us/token (med)",
              "decode us/token", "step outside p99 us", "steps/rep");
   fmt::print("|------|-------------|---------------------|-----------------|---------------------|------------|\n");
   std::fflush(stdout);
