@@ -10,6 +10,10 @@
 #include <cstring>
 #include <exception>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 #include "core/internal.hpp"
 #include "core/model_impl.hpp"
 
@@ -79,6 +83,8 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
   const bool penalties_off = last_n == 0 || (params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
                                               params_.presence_penalty == 0.0f);
   fast_greedy_ = params_.temperature == 0.0f && !grammar_ && penalties_off;
+  fast_top_k_ = params_.temperature != 0.0f && !grammar_ && penalties_off && params_.top_k > 0 &&
+                params_.top_k <= kTopKFastMax;
 }
 
 namespace {
@@ -139,6 +145,7 @@ Sampler Sampler::clone() const {
   out.journal_ = journal_;
   out.journal_keep_ = journal_keep_;
   out.fast_greedy_ = fast_greedy_;
+  out.fast_top_k_ = fast_top_k_;
   return out;
 }
 
@@ -153,6 +160,9 @@ void Sampler::check_size(std::span<const float> logits) const {
 Token Sampler::sample(std::span<const float> logits, bool ban_eog) {
   const auto &eog = model_.impl()->eog;
   ban_eog = ban_eog && !eog.empty();
+  if (fast_top_k_) {
+    if (const Token t = sample_top_k(logits, ban_eog); t >= 0) return t;
+  }
   if (!fast_greedy_) return sample_chain(logits, ban_eog);
   const Token t = sample_argmax(logits);
   if (!ban_eog || std::find(eog.begin(), eog.end(), t) == eog.end()) return t;
@@ -205,6 +215,30 @@ float max_of(const float *p, std::size_t n, bool &nan) {
   return max_logit;
 }
 
+// The first index i with p[i] == m (m is in p), 16 at a time: a vector
+// compare per block (equal entries are rare), then the block scanned.
+std::size_t find_first(const float *p, std::size_t n, float m) {
+  std::size_t i = 0;
+#if defined(__GNUC__) || defined(__clang__)
+  using V = float __attribute__((vector_size(16)));
+  using M = std::int32_t __attribute__((vector_size(16)));
+  const V mv = {m, m, m, m};
+  for (; i + 16 <= n; i += 16) {
+    V a, b, c, d;
+    std::memcpy(&a, p + i, sizeof(V));
+    std::memcpy(&b, p + i + 4, sizeof(V));
+    std::memcpy(&c, p + i + 8, sizeof(V));
+    std::memcpy(&d, p + i + 12, sizeof(V));
+    const M hit = (a == mv) | (b == mv) | (c == mv) | (d == mv);
+    std::uint64_t h[2];
+    std::memcpy(h, &hit, sizeof(h));
+    if ((h[0] | h[1]) != 0) break;
+  }
+#endif
+  while (!(p[i] == m)) ++i;
+  return i;
+}
+
 }  // namespace
 
 Token Sampler::sample_argmax(std::span<const float> logits) const {
@@ -223,9 +257,123 @@ Token Sampler::sample_argmax(std::span<const float> logits) const {
   if (max_logit == -INFINITY) fail(Errc::invalid_argument, "every logit is -inf: no token can be sampled");
   // Pass 2: the first entry equal to the maximum, which is what llama.cpp's
   // greedy stage picks (it moves only on a strictly greater logit; -0 == +0).
-  std::size_t at = 0;
-  while (!(p[at] == max_logit)) ++at;
-  return static_cast<Token>(at);
+  return static_cast<Token>(find_first(p, n, max_logit));
+}
+
+namespace {
+
+// The k largest logits of a vector, offered in index order. Candidates that
+// reach thr() are appended to a buffer, compacted to the k largest whenever
+// it fills: appends are cheap, and thr() rises with each compaction.
+class TopK {
+ public:
+  // thr: a lower bound of the k-th largest already known (else -inf).
+  TopK(std::vector<llama_token_data> &buf, std::size_t k, float thr)
+      : top_(buf), k_(k), cap_(std::max<std::size_t>(4 * k, 64)), thr_(thr) {
+    top_.clear();
+    top_.reserve(cap_);
+  }
+  // Adds entry i (v >= thr()); returns the new thr().
+  float add(std::size_t i, float v) {
+    top_.push_back({static_cast<llama_token>(i), v, 0.0f});
+    if (top_.size() == cap_) compact();
+    return thr_;
+  }
+  // The k largest in descending order, as llama.cpp's partial sort leaves
+  // them, or false when that is not unique: fewer than k finite, or equal
+  // logits among them or at their edge.
+  bool finish() {
+    if (top_.size() < k_) return false;
+    if (top_.size() > k_) compact();
+    std::sort(top_.begin(), top_.end(), greater);
+    const float t = top_.back().logit;
+    if (!(t > -INFINITY) || out_max_ == t) return false;
+    for (std::size_t j = 1; j < k_; ++j) {
+      if (top_[j].logit == top_[j - 1].logit) return false;
+    }
+    return true;
+  }
+
+ private:
+  static constexpr auto greater = [](const llama_token_data &a, const llama_token_data &b) { return a.logit > b.logit; };
+  void compact() {
+    std::nth_element(top_.begin(), top_.begin() + static_cast<std::ptrdiff_t>(k_), top_.end(), greater);
+    out_max_ = std::max(out_max_, top_[k_].logit);  // the largest of those dropped
+    top_.resize(k_);
+    thr_ = std::max_element(top_.begin(), top_.end(), greater)->logit;  // the smallest kept
+  }
+  std::vector<llama_token_data> &top_;
+  std::size_t k_, cap_;
+  float thr_;                  // a logit below this cannot be among the k largest
+  float out_max_ = -INFINITY;  // the largest logit compacted away
+};
+
+}  // namespace
+
+Token Sampler::sample_top_k(std::span<const float> logits, bool ban_eog) {
+  check_size(logits);
+  const float *p = logits.data();
+  const std::size_t n = logits.size();
+  const auto &eog = model_.impl()->eog;
+  const std::size_t k = std::min(static_cast<std::size_t>(params_.top_k), n);
+  // A first threshold: split the logits into k + e chunks (e: the end
+  // tokens banned); of their maxima, at most e are banned, so at least k
+  // distinct admissible logits are >= the (e+1)-th smallest maximum. The
+  // scan below then looks at little besides the answer, in whatever order
+  // the logits come (a running threshold alone rises slowly when they grow
+  // with the token id).
+  const std::size_t e = ban_eog ? eog.size() : 0;
+  float thr = -INFINITY;
+  bool nan = false;
+  if ((k + e) * 64 <= n) {
+    thread_local std::vector<float> maxima;
+    maxima.resize(k + e);
+    const std::size_t len = n / maxima.size();
+    for (std::size_t c = 0; c < maxima.size(); ++c) {
+      maxima[c] = max_of(p + c * len, c + 1 == maxima.size() ? n - c * len : len, nan);
+    }
+    if (nan) return -1;
+    std::nth_element(maxima.begin(), maxima.begin() + static_cast<std::ptrdiff_t>(e), maxima.end());
+    thr = maxima[e];
+  }
+  thread_local std::vector<llama_token_data> buf;
+  TopK top(buf, k, thr);
+  // v >= thr is false for a NaN too: the chain path names it.
+  const auto offer = [&](std::size_t j) {
+    if (p[j] >= thr && !(ban_eog && std::find(eog.begin(), eog.end(), static_cast<Token>(j)) != eog.end())) {
+      thr = top.add(j, p[j]);
+    }
+  };
+  // A block of 16 with nothing at or above thr (nearly all, once thr has
+  // risen) costs one vector compare; in the others, only the entries that
+  // reached it are looked at.
+  std::size_t i = 0;
+#if defined(__SSE2__)
+  __m128i bad = _mm_setzero_si128();
+  for (; i + 16 <= n; i += 16) {
+    const __m128 a = _mm_loadu_ps(p + i), b = _mm_loadu_ps(p + i + 4);
+    const __m128 c = _mm_loadu_ps(p + i + 8), d = _mm_loadu_ps(p + i + 12);
+    bad = _mm_or_si128(bad, _mm_castps_si128(_mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)),
+                                                       _mm_or_ps(_mm_cmpunord_ps(c, c), _mm_cmpunord_ps(d, d)))));
+    const __m128 t = _mm_set1_ps(thr);
+    unsigned hit = static_cast<unsigned>(_mm_movemask_ps(_mm_cmpge_ps(a, t))) |
+                   static_cast<unsigned>(_mm_movemask_ps(_mm_cmpge_ps(b, t))) << 4 |
+                   static_cast<unsigned>(_mm_movemask_ps(_mm_cmpge_ps(c, t))) << 8 |
+                   static_cast<unsigned>(_mm_movemask_ps(_mm_cmpge_ps(d, t))) << 12;
+    for (; hit != 0; hit &= hit - 1) offer(i + static_cast<std::size_t>(__builtin_ctz(hit)));
+  }
+  nan = _mm_movemask_epi8(bad) != 0;
+#endif
+  for (; i < n; ++i) {
+    nan |= p[i] != p[i];
+    offer(i);
+  }
+  // The full chain decides (and names the errors) unless the top k and
+  // their order are unique.
+  if (nan || !top.finish()) return -1;
+  llama_token_data_array arr{buf.data(), buf.size(), -1, true};
+  guarded("sampling", [&] { llama_sampler_apply(chain_.get(), &arr); });
+  return draw(arr);
 }
 
 Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
@@ -265,6 +413,10 @@ Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
     }
   }
   guarded("sampling", [&] { llama_sampler_apply(chain_.get(), &arr); });
+  return draw(arr);
+}
+
+Token Sampler::draw(llama_token_data_array &arr) {
   if (params_.temperature != 0.0f) {
     // Softmax over what the stages left, then one draw.
     float top = -INFINITY;

@@ -23,6 +23,7 @@
 
 struct llama_sampler;
 struct llama_token_data;
+struct llama_token_data_array;
 
 namespace weft::detail {
 
@@ -74,6 +75,19 @@ class Sampler {
   Token sample_chain(std::span<const float> logits, bool ban_eog = false);
   // Whether sample() takes the argmax fast path (see above).
   bool greedy_fast_path() const noexcept { return fast_greedy_; }
+  // At a temperature with top_k in [1, kTopKFastMax], no grammar and
+  // penalties off, sample() selects the top k candidates itself in one pass
+  // over the logits and hands llama.cpp's chain only those, sorted (its
+  // top_k stage then has nothing left to sort): the same candidates in the
+  // same order as its partial sort, so the same token and state. When the
+  // order is not unique (equal logits among or at the edge of the top k, or
+  // fewer than k finite ones) it takes the full chain instead.
+  static constexpr std::int32_t kTopKFastMax = 256;
+  bool top_k_fast_path() const noexcept { return fast_top_k_; }
+  // sample() through the top-k path alone, for tests and benchmarks: the
+  // token, or -1 (nothing drawn, state unchanged) when the full chain must
+  // decide. Only when top_k_fast_path().
+  Token sample_top_k(std::span<const float> logits, bool ban_eog = false);
 
   // Records a generated token in the penalty history and advances the grammar.
   // Throws Errc::out_of_range for an id outside the vocabulary and
@@ -121,7 +135,10 @@ class Sampler {
   std::vector<std::int32_t> journal_;
   std::size_t journal_keep_ = 0;  // 0 = keep all (a grammar needs the whole history)
   bool fast_greedy_ = false;      // the chain is [penalties, off] -> greedy: sample() is an argmax
+  bool fast_top_k_ = false;       // the chain is [penalties, off] -> top_k -> ...: sample() selects the top k
   Token sample_argmax(std::span<const float> logits) const;
+  // What follows the chain's stages: weft's draw, and the checks on it.
+  Token draw(llama_token_data_array &arr);
   void check_size(std::span<const float> logits) const;
   void journal_push(std::int32_t entry);
 };

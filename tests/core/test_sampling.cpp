@@ -9,27 +9,15 @@
 
 #include "common.hpp"
 #include "core/sampling.hpp"
+#include "core/sampling_helpers.hpp"
 
 using weft::SamplerParams;
 using weft::Token;
 using weft::detail::Sampler;
 using weft_test::throws_weft;
+using namespace weft_test::sampling;
 
 namespace {
-
-const weft::Model &model() { return weft_test::tiny(); }
-std::size_t n_vocab() { return static_cast<std::size_t>(model().n_vocab()); }
-
-std::vector<float> normal_logits(std::mt19937 &rng, float stddev = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<float> out(n_vocab());
-  for (auto &l : out) l = dist(rng);
-  return out;
-}
-
-Token argmax(const std::vector<float> &l) {
-  return static_cast<Token>(std::max_element(l.begin(), l.end()) - l.begin());
-}
 
 // Every token's piece, computed once.
 const std::vector<std::string> &pieces() {
@@ -87,7 +75,6 @@ std::vector<Token> draw(Sampler &s, std::mt19937 &rng, int n, float stddev = 1.0
   return out;
 }
 
-const char *kDigits = R"(root ::= [0-9]+ ".")";
 
 }  // namespace
 
@@ -379,93 +366,4 @@ TEST(Sampling, BadLogitsAreRefused) {
   l.assign(n_vocab(), 0.0f);
   l[77] = std::nanf("");
   EXPECT_TRUE(throws_weft([&] { s.sample(l); }, weft::Errc::invalid_argument, "logits[77] is NaN"));
-}
-
-
-namespace {
-
-// Logit vectors that stress an argmax: many exact ties (few distinct values),
-// -inf entries, signed zeros, the maximum at the first or last index.
-std::vector<float> tricky_logits(std::mt19937 &rng, unsigned kind) {
-  auto l = normal_logits(rng, 3.0f);
-  std::uniform_int_distribution<std::size_t> at(0, l.size() - 1);
-  switch (kind % 6) {
-    case 0: break;  // plain
-    case 1:         // ties everywhere: 9 distinct values
-      for (auto &x : l) x = std::round(x);
-      break;
-    case 2:  // -inf on most entries, ties among the rest
-      for (auto &x : l) x = (rng() % 4 != 0) ? -INFINITY : std::round(x / 4.0f);
-      break;
-    case 3:  // all equal (zeros of both signs): the first index wins
-      for (auto &x : l) x = (rng() % 2 != 0) ? -0.0f : 0.0f;
-      break;
-    case 4:  // a single finite entry, placed anywhere
-      std::fill(l.begin(), l.end(), -INFINITY);
-      l[at(rng)] = -1e30f;
-      break;
-    case 5:  // the maximum at the first or last index, tied elsewhere too
-      l.front() = 100.0f;
-      l.back() = 100.0f;
-      if (rng() % 2 != 0) l.front() = 99.0f;
-      l[at(rng)] = 100.0f;
-      break;
-  }
-  return l;
-}
-
-}  // namespace
-
-TEST(Sampling, GreedyFastPathIsTakenExactlyWhenTheChainIsAnArgmax) {
-  EXPECT_TRUE(Sampler(model(), {}).greedy_fast_path());
-  EXPECT_TRUE(Sampler(model(), {.top_k = 5, .top_p = 0.5f, .min_p = 0.2f}).greedy_fast_path());
-  EXPECT_TRUE(Sampler(model(), {.repeat_penalty = 1.3f, .frequency_penalty = 0.5f, .penalty_last_n = 0})
-                  .greedy_fast_path());  // a zero window disables every penalty in llama.cpp
-  EXPECT_TRUE(Sampler(model(), {.penalty_last_n = -1}).greedy_fast_path());
-  EXPECT_TRUE(Sampler(model(), {}).clone().greedy_fast_path());
-  EXPECT_FALSE(Sampler(model(), {.temperature = 0.5f}).greedy_fast_path());
-  EXPECT_FALSE(Sampler(model(), {.repeat_penalty = 1.1f}).greedy_fast_path());
-  EXPECT_FALSE(Sampler(model(), {.frequency_penalty = 0.1f}).greedy_fast_path());
-  EXPECT_FALSE(Sampler(model(), {.presence_penalty = -0.1f}).greedy_fast_path());
-  EXPECT_FALSE(Sampler(model(), {.grammar = kDigits}).greedy_fast_path());
-}
-
-TEST(Sampling, GreedyFastPathMatchesTheFullChain) {
-  const std::vector<SamplerParams> fast = {
-      {}, {.top_k = 3, .top_p = 0.9f}, {.repeat_penalty = 2.0f, .presence_penalty = 1.0f, .penalty_last_n = 0}};
-  for (const auto &params : fast) {
-    Sampler a(model(), params);
-    ASSERT_TRUE(a.greedy_fast_path());
-    Sampler b = a.clone();
-    std::mt19937 rng(42);
-    for (unsigned i = 0; i < 600; ++i) {
-      const auto l = tricky_logits(rng, i);
-      const Token fast_token = a.sample(l);
-      const Token chain_token = b.sample_chain(l);
-      ASSERT_EQ(fast_token, chain_token) << "vector " << i << " kind " << i % 6;
-      ASSERT_EQ(fast_token, argmax(l)) << "vector " << i;  // std::max_element also keeps the first maximum
-      a.accept(fast_token);
-      b.accept(chain_token);
-      ASSERT_EQ(a.state().rng, b.state().rng);
-      ASSERT_EQ(a.state().journal, b.state().journal);
-    }
-    // The same errors, naming the same entry.
-    std::vector<float> l(n_vocab(), 0.0f);
-    l[5] = std::nanf("");
-    l[900] = std::nanf("");
-    EXPECT_TRUE(throws_weft([&] { a.sample(l); }, weft::Errc::invalid_argument, "logits[5] is NaN"));
-    EXPECT_TRUE(throws_weft([&] { b.sample_chain(l); }, weft::Errc::invalid_argument, "logits[5] is NaN"));
-    l.assign(n_vocab(), -INFINITY);
-    EXPECT_TRUE(throws_weft([&] { a.sample(l); }, weft::Errc::invalid_argument, "-inf"));
-    EXPECT_TRUE(throws_weft([&] { b.sample_chain(l); }, weft::Errc::invalid_argument, "-inf"));
-    l.assign(n_vocab() - 1, 0.0f);
-    EXPECT_TRUE(throws_weft([&] { a.sample(l); }, weft::Errc::invalid_argument, std::to_string(n_vocab())));
-    // A state saved from the fast path restores to a sampler that continues identically.
-    Sampler r = Sampler::restore(model(), params, 0, a.state());
-    std::mt19937 rng2(7);
-    for (int k = 0; k < 20; ++k) {
-      const auto l2 = tricky_logits(rng2, static_cast<unsigned>(k));
-      ASSERT_EQ(r.sample(l2), b.sample_chain(l2));
-    }
-  }
 }
