@@ -23,6 +23,7 @@
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "core/model_impl.hpp"
+#include "kv/scratch_kv.hpp"
 #include "weft/cache.hpp"
 
 namespace weft::detail {
@@ -169,10 +170,10 @@ std::unique_ptr<Scratch> scratch(const Model &model, const ExecutorParams &p, co
     why = fmt::format("llama_decode returned {} filling the scratch context", rc);
     return nullptr;
   }
-  std::vector<std::uint8_t> kv(llama_state_seq_get_size(sc->ctx, 0));
-  llama_state_seq_get_data(sc->ctx, kv.data(), kv.size(), 0);
+  ScratchKv scratch(sc->ctx);
+  const std::vector<std::uint8_t> kv = scratch.save(0);
   for (std::uint32_t q = 1; q < s.seqs; ++q) {
-    if (llama_state_seq_set_data(sc->ctx, kv.data(), kv.size(), static_cast<llama_seq_id>(q)) == 0) {
+    if (kv.empty() || !scratch.load(static_cast<int>(q), kv, static_cast<std::int32_t>(s.depth))) {
       why = fmt::format("could not copy the probe's KV data into sequence {}", q);
       return nullptr;
     }
@@ -183,7 +184,7 @@ std::unique_ptr<Scratch> scratch(const Model &model, const ExecutorParams &p, co
 // One generation step and one prompt chunk on `sc`, in milliseconds; the
 // cells they add are removed again. Negative if a decode failed.
 double time_round(Scratch &sc, const ProbeShape &s, std::mt19937 &rng, int n_vocab) {
-  auto *mem = llama_get_memory(sc.ctx);
+  ScratchKv kv(sc.ctx);
   double ms = 0;
   for (const bool gen : {true, false}) {
     std::vector<Token> tokens(gen ? s.seqs : s.chunk);
@@ -192,7 +193,7 @@ double time_round(Scratch &sc, const ProbeShape &s, std::mt19937 &rng, int n_voc
     const auto t0 = Clock::now();
     if (llama_decode(sc.ctx, sc.batch) != 0) return -1;
     ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    llama_memory_seq_rm(mem, -1, static_cast<llama_pos>(s.depth), -1);
+    kv.remove_from(static_cast<std::int32_t>(s.depth));
   }
   return ms;
 }

@@ -13,6 +13,7 @@
 #include "core/projector_impl.hpp"
 #include "exec/executor_core.hpp"
 #include "exec/media.hpp"
+#include "kv/scratch_kv.hpp"
 
 namespace weft::detail {
 
@@ -70,15 +71,11 @@ int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, c
   if (x.run_bufs.staging.size() < segs.size()) x.run_bufs.staging.resize(segs.size());
   images.assign(segs.size(), {});
   lock.unlock();
-  auto *mem = llama_get_memory(side);
-  llama_memory_seq_rm(mem, -1, -1, -1);
+  ScratchKv kv(side);
+  kv.clear();
   int rc = 0;
   for (std::size_t j = 0; j < segs.size() && rc == 0; ++j) {
-    const auto seq = static_cast<llama_seq_id>(j);
-    if (!data[j].empty() && (llama_state_seq_set_data_ext(side, data[j].data(), data[j].size(), seq, 0) == 0 ||
-                             llama_memory_seq_pos_max(mem, seq) != p0[j] - 1)) {
-      rc = kNoSide;
-    }
+    if (!data[j].empty() && !kv.load(static_cast<int>(j), data[j], p0[j])) rc = kNoSide;
   }
   if (rc == 0) rc = x.decoder->decode(side, b);
   if (rc == 0) {
@@ -91,16 +88,11 @@ int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, c
         x.run_bufs.staging[j].assign(lg, lg + x.n_vocab);
       }
       // Only the image's cells go back.
-      const auto seq = static_cast<llama_seq_id>(j);
-      llama_memory_seq_rm(mem, seq, 0, p0[j]);
-      images[j].resize(llama_state_seq_get_size_ext(side, seq, 0));
-      if (images[j].empty() ||
-          llama_state_seq_get_data_ext(side, images[j].data(), images[j].size(), seq, 0) != images[j].size()) {
-        rc = kNoSide;
-      }
+      images[j] = kv.take_from(static_cast<int>(j), p0[j]);
+      if (images[j].empty()) rc = kNoSide;
     }
   }
-  llama_memory_seq_rm(mem, -1, -1, -1);
+  kv.clear();
   lock.lock();
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rc;
