@@ -13,8 +13,9 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <unordered_map>
+#include <map>
 #include <memory>
+#include <unordered_map>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -126,6 +127,7 @@ struct ConvTable {
   std::vector<std::uint64_t> dirty;                    // in the order they were changed
   std::uint64_t next_id = 1;  // 0 is no conversation
   std::uint32_t live = 0;  // not disposed
+  std::map<std::vector<Token>, std::uint64_t> pins;  // pinned prefix -> its Conv (prefix.cpp)
 
   Conv *find(std::uint64_t id) const {
     auto it = all.find(id);

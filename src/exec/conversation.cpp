@@ -354,7 +354,7 @@ void Conversation::set_adapters(std::span<const AdapterUse> adapters) {
   auto cfg = detail::make_adapter_config(*core.model.impl(), adapters);  // validates outside the lock
   detail::with_conv(handle_, [&](ExecutorCore &x, Conv &c) {
     c.adapters = std::move(cfg);
-    if (c.adapters) x.adapters_used = true;
+    if (c.adapters) x.adapter_state.used = true;
   });
 }
 

@@ -19,13 +19,13 @@ detail::ExecutorCore &core_for(const std::shared_ptr<detail::ConvHandle> &h) {
 }
 
 Projector::Impl &projector_for(detail::ExecutorCore &x, std::uint64_t conv) {
-  if (!x.projector) {
+  if (!x.media.projector) {
     detail::fail(Errc::invalid_argument,
                  fmt::format("conversation {}: prompt_image or prompt_audio needs a projector "
                              "(ExecutorParams::projector)",
                              conv));
   }
-  return *x.projector;
+  return *x.media.projector;
 }
 
 // Text and media, queued together or not at all: each image is its
@@ -69,7 +69,7 @@ void queue_parts(detail::ExecutorCore &x, std::uint64_t id, std::vector<Part> pa
     const std::vector<Token> positions(m->n_tokens, image_token(m->id));
     c.queue.push_back(positions);
     c.queue.push_back(in.after);
-    if (x.encoder) x.encoder->push(m);  // its embeddings are made off the step
+    if (x.media.encoder) x.media.encoder->push(m);  // its embeddings are made off the step
   }
   c.gen_token_queued = false;
 }
@@ -88,7 +88,7 @@ detail::ImageInput prepared_input(detail::ExecutorCore &x, Projector::Impl &p, s
                  fmt::format("conversation {}: the image was prepared with another projector than this executor's",
                              conv));
   }
-  return detail::clone_input(image.impl()->input, x.next_media_id++);
+  return detail::clone_input(image.impl()->input, x.media.next_id++);
 }
 
 }  // namespace
@@ -96,21 +96,21 @@ detail::ImageInput prepared_input(detail::ExecutorCore &x, Projector::Impl &p, s
 void Conversation::prompt_image(std::span<const std::uint8_t> file) {
   auto &x = core_for(handle_);
   auto &p = projector_for(x, handle_->id);
-  queue_media(x, handle_->id, detail::tokenize_image_file(p, file, x.next_media_id++), "prompt_image");
+  queue_media(x, handle_->id, detail::tokenize_image_file(p, file, x.media.next_id++), "prompt_image");
   x.notify_work();
 }
 
 void Conversation::prompt_image(std::uint32_t width, std::uint32_t height, std::span<const std::uint8_t> rgb) {
   auto &x = core_for(handle_);
   auto &p = projector_for(x, handle_->id);
-  queue_media(x, handle_->id, detail::tokenize_image_rgb(p, width, height, rgb, x.next_media_id++), "prompt_image");
+  queue_media(x, handle_->id, detail::tokenize_image_rgb(p, width, height, rgb, x.media.next_id++), "prompt_image");
   x.notify_work();
 }
 
 void Conversation::prompt_audio(std::span<const float> samples) {
   auto &x = core_for(handle_);
   auto &p = projector_for(x, handle_->id);
-  queue_media(x, handle_->id, detail::tokenize_audio(p, samples, x.next_media_id++), "prompt_audio");
+  queue_media(x, handle_->id, detail::tokenize_audio(p, samples, x.media.next_id++), "prompt_audio");
   x.notify_work();
 }
 

@@ -72,11 +72,11 @@ ggml_type to_ggml(KvType t) {
 // Called by ggml after each graph node, on its first thread.
 bool abort_callback(void *data) {
   auto *core = static_cast<ExecutorCore *>(data);
-  const std::int64_t deadline = core->abort_deadline_ns.load(std::memory_order_relaxed);
+  const std::int64_t deadline = core->gate.abort_deadline_ns.load(std::memory_order_relaxed);
   bool stop = deadline != 0 && std::chrono::duration_cast<std::chrono::nanoseconds>(
                                     Clock::now().time_since_epoch()).count() >= deadline;
   if (!stop && core->decoder) stop = core->decoder->abort_now();
-  if (stop) core->aborted.store(true, std::memory_order_relaxed);
+  if (stop) core->gate.aborted.store(true, std::memory_order_relaxed);
   return stop;
 }
 
@@ -104,13 +104,13 @@ void StepStats::record(double step_s, double decode_s) {
 
 int LlamaDecoder::decode(llama_context *ctx, llama_batch &batch) { return llama_decode(ctx, batch); }
 
-// Polled: the encoder thread's wait is at most kEncodeGate and costs the
+// Polled: the encoder thread's wait is at most StepGate::kEncodeGate and costs the
 // step nothing (no lock, no notification on its path).
-void ExecutorCore::await_step_end() const {
+void StepGate::await_end() const {
   if (stepping.load() == std::thread::id{}) return;
-  const std::uint64_t seen = steps_ended.load();
+  const std::uint64_t seen = ended.load();
   const auto until = std::chrono::steady_clock::now() + kEncodeGate;
-  while (stepping.load() != std::thread::id{} && steps_ended.load() == seen && std::chrono::steady_clock::now() < until) {
+  while (stepping.load() != std::thread::id{} && ended.load() == seen && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
@@ -129,8 +129,8 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   cp.n_ubatch = params.n_ubatch;
   // One sequence more than the slots, when llama.cpp allows it: the KV
   // manager's scratch (partial exports for compact snapshots).
-  const bool scratch = params.n_seq_max < llama_max_parallel_sequences() && params.n_batch > params.n_seq_max;
-  cp.n_seq_max = params.n_seq_max + (scratch ? 1 : 0);
+  const bool spare_seq = params.n_seq_max < llama_max_parallel_sequences() && params.n_batch > params.n_seq_max;
+  cp.n_seq_max = params.n_seq_max + (spare_seq ? 1 : 0);
   const int threads = params.n_threads > 0 ? params.n_threads
                                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cp.n_threads = threads;
@@ -140,7 +140,6 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   cp.type_v = to_ggml(params.kv_type);
   attention = choose_attention(model, params, threads);
   cp.flash_attn_type = attention.type;
-  depth_is_cells = cp.flash_attn_type == LLAMA_FLASH_ATTN_TYPE_DISABLED;
   cp.no_perf = true;
   if (const std::string lost = model.impl()->failure(); !lost.empty()) {
     fail(Errc::backend, fmt::format("the model can no longer decode: {}", lost));
@@ -161,38 +160,38 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   kv = std::make_unique<KvManager>(
       ctx, params.n_seq_max,
       SpillConfig{.ram_bytes = p.spill.ram_bytes, .disk_dir = p.spill.disk_dir, .disk_bytes = p.spill.disk_bytes},
-      p.spill.recompute, p.prefix_cache_cells.value_or(n_ctx / 4), scratch ? static_cast<int>(params.n_seq_max) : -1);
+      p.spill.recompute, p.prefix_cache_cells.value_or(n_ctx / 4), spare_seq ? static_cast<int>(params.n_seq_max) : -1);
   // V is transposed without flash attention; where llama.cpp decides, the
   // first data copied out tells.
   if (attention.type != LLAMA_FLASH_ATTN_TYPE_AUTO) kv->set_v_transposed(attention.type == LLAMA_FLASH_ATTN_TYPE_DISABLED);
   if (!model.impl()->rpc.empty()) kv->set_failure_probe([impl = model.impl()] { return impl->failure(); });
   batch = new llama_batch(llama_batch_init(static_cast<int32_t>(params.n_batch), 0, 1));
   if (params.projector) {
-    projector = params.projector.impl();
-    encoder = std::make_shared<MediaEncoder>(projector, [this] { notify_work(); }, [this] { await_step_end(); },
+    media.projector = params.projector.impl();
+    media.encoder = std::make_shared<MediaEncoder>(media.projector, [this] { notify_work(); }, [this] { gate.await_end(); },
                                              params.image_encoding == ImageEncoding::thread);
     // Made now, not in the step of the first image (tens of milliseconds).
-    if (projector->non_causal) media_context();
+    if (media.projector->non_causal) media_context();
   }
   stats.step_ms.reserve(StepStats::kWindow);
   stats.decode_ms.reserve(StepStats::kWindow);
-  planning.candidates.reserve(params.n_seq_max * 4);
-  planning.entries.reserve(params.n_seq_max * 4);
-  planning.convs.reserve(params.n_seq_max * 4);
+  scratch.planning.candidates.reserve(params.n_seq_max * 4);
+  scratch.planning.entries.reserve(params.n_seq_max * 4);
+  scratch.planning.convs.reserve(params.n_seq_max * 4);
 }
 
 ExecutorCore::~ExecutorCore() { free_context(); }
 
 llama_context *ExecutorCore::media_context() {
-  if (media_ctx_tried) return media_ctx;
-  media_ctx_tried = true;
+  if (media.side_tried) return media.side_ctx;
+  media.side_tried = true;
   // The main context's cache types and attention kernel, so the KV data of
   // one loads in the other; one sequence, as long as a conversation may be.
   auto cp = llama_context_default_params();
   cp.n_ctx = std::min<std::uint32_t>(n_ctx, static_cast<std::uint32_t>(std::max(4096, model.n_ctx_train())));
   cp.n_batch = params.n_batch;
   cp.n_ubatch = params.n_batch;  // an image is decoded in one micro-batch
-  cp.n_seq_max = kMediaSeqs;
+  cp.n_seq_max = MediaState::kSideSeqs;
   cp.kv_unified = true;  // the conversations of a batch share its cells
   cp.n_threads = llama_n_threads(ctx);
   cp.n_threads_batch = llama_n_threads_batch(ctx);
@@ -201,14 +200,14 @@ llama_context *ExecutorCore::media_context() {
   cp.flash_attn_type = attention.type;
   cp.no_perf = true;
   take_llama_error();
-  media_ctx = llama_init_from_model(model.impl()->model, cp);
-  if (media_ctx == nullptr) {
+  media.side_ctx = llama_init_from_model(model.impl()->model, cp);
+  if (media.side_ctx == nullptr) {
     log_warning(fmt::format("no second context for non-causal images ({}): they flip the main one's attention",
                             take_llama_error()));
     return nullptr;
   }
-  llama_set_causal_attn(media_ctx, false);
-  return media_ctx;
+  llama_set_causal_attn(media.side_ctx, false);
+  return media.side_ctx;
 }
 
 void ExecutorCore::free_context() {
@@ -218,8 +217,8 @@ void ExecutorCore::free_context() {
     delete batch;
     batch = nullptr;
   }
-  if (media_ctx != nullptr) llama_free(media_ctx);
-  media_ctx = nullptr;
+  if (media.side_ctx != nullptr) llama_free(media.side_ctx);
+  media.side_ctx = nullptr;
   if (ctx != nullptr) llama_free(ctx);
   ctx = nullptr;
 }
@@ -240,7 +239,7 @@ Executor::~Executor() {
   // The one place besides save() that waits for a running step: the context
   // goes away. (From a callback on the stepping thread, that step is ours.)
   std::unique_lock<std::mutex> step;
-  if (core_->stepping.load() != std::this_thread::get_id()) step = std::unique_lock(core_->step_mu);
+  if (core_->gate.stepping.load() != std::this_thread::get_id()) step = std::unique_lock(core_->gate.mu);
   std::vector<std::shared_ptr<detail::GenState>> ended;
   {
     std::lock_guard guard(core_->mu);
@@ -253,10 +252,10 @@ Executor::~Executor() {
     core_->closed = true;
     // Joined: waits for at most the image being encoded (its thread never
     // takes the state lock).
-    core_->encoder.reset();
+    core_->media.encoder.reset();
     core_->run_boundary_tasks_locked();  // a pending save learns it is disposed
     core_->free_context();
-    ended.swap(core_->finished);
+    ended.swap(core_->outbox.finished);
   }
   detail::ExecutorCore::deliver_finished(ended);
 }
@@ -313,7 +312,7 @@ EncodeResult Executor::encode_images(std::uint32_t max_images) {
   {
     std::lock_guard lock(c.mu);
     if (c.closed) detail::fail(Errc::disposed, "the executor was destroyed");
-    encoder = c.encoder;
+    encoder = c.media.encoder;
   }
   if (!encoder) return {};
   const auto done = encoder->encode(max_images);  // no lock held: steps go on
@@ -334,8 +333,8 @@ ExecutorStats Executor::stats() const {
   s.cells_free = kv.cells_free();
   s.n_seq_max = c.params.n_seq_max;
   s.slots_used = c.params.n_seq_max - kv.slots_free();
-  s.conversations = c.convs.live - static_cast<std::uint32_t>(c.pins.size());
-  s.pinned_prefixes = static_cast<std::uint32_t>(c.pins.size());
+  s.conversations = c.convs.live - static_cast<std::uint32_t>(c.convs.pins.size());
+  s.pinned_prefixes = static_cast<std::uint32_t>(c.convs.pins.size());
   s.prefix_tokens_reused = kv.counters().reused_tokens;
   s.prefix_hits = kv.counters().prefix_hits;
   s.prefix_cache_hits = kv.counters().prefix_cache_hits;
@@ -343,11 +342,11 @@ ExecutorStats Executor::stats() const {
   s.prefix_evictions = kv.counters().prefix_evictions;
   s.adapter_switches = c.stats.adapter_switches;
   s.adapter_switch_ms = c.cost.switch_seconds() * 1e3;
-  if (c.encoder) {
-    const auto e = c.encoder->counters();
+  if (c.media.encoder) {
+    const auto e = c.media.encoder->counters();
     s.images_encoded = e.encoded;
     s.image_encode_ms = e.seconds * 1e3;
-    s.images_pending = static_cast<std::uint32_t>(c.encoder->pending());
+    s.images_pending = static_cast<std::uint32_t>(c.media.encoder->pending());
   }
   s.image_batches = c.stats.image_batches;
   s.image_decode_ms = c.stats.image_decode_s * 1e3;

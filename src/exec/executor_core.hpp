@@ -9,15 +9,14 @@
 //               micro-batches, each committed as it completes (run.cpp)
 //   update      sample, finish, events, callbacks (update.cpp)
 //
-// Locks. `step_mu` is held by a step from start to end, and by an operation
-// that applies its KV work itself because no step is running (it only ever
-// try_locks: a game thread never waits for it; save() and the destructor do).
-// `mu`, the state lock, guards every Conv and the layers' bookkeeping; it is
-// held briefly: never during llama_decode, sampling or a user callback.
-// Order: step_mu, mu, then the event queue's and the worker's own locks.
+// Locks. `gate.mu` is held by a step from start to end (StepGate). `mu`, the
+// state lock, guards every Conv and the layers' bookkeeping; it is held
+// briefly: never during llama_decode, sampling or a user callback.
+// Order: gate.mu, mu, then the event queue's and the worker's own locks.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -97,6 +96,83 @@ struct RunBuffers {
   } media_batch;
 };
 
+// Who is stepping, the decode it may abort, and the work that waits for a
+// step boundary (step.cpp, reconcile.cpp, run.cpp).
+struct StepGate {
+  // Held by a step from start to end, and by an operation that applies its
+  // KV work itself because no step is running (it only ever try_locks: a
+  // game thread never waits for it; save() and the destructor do).
+  std::mutex mu;
+  std::atomic<std::thread::id> stepping{};
+  std::atomic<std::uint64_t> ended{0};  // counts step() returns (the encoder's gate reads it)
+  // An image queued while a step runs waits for that step to end, at most
+  // kEncodeGate, so its encode does not take the cores from the step's
+  // decodes (executor.cpp).
+  static constexpr std::chrono::milliseconds kEncodeGate{25};
+  void await_end() const;
+  // Read by the abort callback on a ggml thread.
+  std::atomic<std::int64_t> abort_deadline_ns{0};  // 0 = none
+  std::atomic<bool> aborted{false};
+  // Work that needs a step boundary (a save while a step runs): run, under
+  // ExecutorCore::mu, by the next step at its start or by whoever next
+  // settles with no step running. Each must not throw.
+  std::vector<std::function<void()>> boundary_tasks;
+};
+
+// Images: the projector (ExecutorParams::projector), the thread that
+// encodes them off the step, and the second context that decodes
+// non-causal ones (media.cpp, media_side.cpp, conversation_media.cpp).
+struct MediaState {
+  std::shared_ptr<Projector::Impl> projector;  // null without one
+  // Shared: an encode_images() caller holds it while it encodes, even if
+  // the executor goes away meanwhile. Null without a projector.
+  std::shared_ptr<MediaEncoder> encoder;
+  // Non-causal images (gemma3) are decoded here, a second context of the
+  // model kept non-causal, so the main one never flips its attention (each
+  // flip re-reserves llama.cpp's graphs: 6 ms on npc). Made with the
+  // executor when its projector is non-causal; null otherwise or when it
+  // could not be made (then the main context flips).
+  llama_context *side_ctx = nullptr;
+  bool side_tried = false;
+  static constexpr std::uint32_t kSideSeqs = 8;  // images side_ctx decodes in one batch
+  std::atomic<std::uint64_t> next_id{1};
+  // The last step decoded a whole image and no tokens (schedule.cpp): the
+  // next one does not do so again, so tokens go at least every other step.
+  bool alone_last = false;
+  // The encoder's activity() (0 without one): a decode that ran beside an
+  // encode shared the cores with it, so the cost model does not learn from it.
+  std::uint64_t encoder_activity() const { return encoder ? encoder->activity() : 0; }
+  // No encode ran at any time since `before` (an encoder_activity() reading).
+  bool encoder_quiet_since(std::uint64_t before) const { return before % 2 == 0 && encoder_activity() == before; }
+};
+
+// The adapter setting the context decodes under now (run.cpp switches it
+// between a plan's groups), and whether any conversation ever set adapters
+// (only then are groups looked for).
+struct AdapterState {
+  AdapterConfigPtr current;
+  bool used = false;
+};
+
+// Buffers the stages reuse so that a steady-state step does not allocate.
+// The plan itself goes from stage to stage as a value; spare_plan is the
+// last one's buffers, taken by the next schedule.
+struct StepScratch {
+  StepPlan spare_plan;
+  PlanningScratch planning;  // the schedule stage's own
+  RunBuffers run;            // the run stage's own
+  std::vector<SampleJob> sample_jobs;
+  std::vector<std::uint64_t> parks_asked;  // reconcile's
+};
+
+// What a step hands to user code once it has let go of the state lock.
+struct Outbox {
+  std::vector<TokenCallback> callbacks;  // on_token calls (deliver_callbacks)
+  // Ended generations with an on_finish to run (under mu): taken at the end
+  // of a step (or by the destructor) and run by deliver_finished().
+  std::vector<std::shared_ptr<GenState>> finished;
+};
+
 struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   ExecutorCore(Model model, const ExecutorParams &params);
   ~ExecutorCore();
@@ -105,85 +181,34 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   Model model;
   ExecutorParams params;
   llama_context *ctx = nullptr;
-  // Non-causal images (gemma3) are decoded here, a second context of the
-  // model kept non-causal, so `ctx` never flips its attention (each flip
-  // re-reserves llama.cpp's graphs: 6 ms on npc). Made with the executor
-  // when its projector is non-causal; null otherwise or when it could not be
-  // made (then `ctx` flips). media_side.cpp.
-  llama_context *media_ctx = nullptr;
-  bool media_ctx_tried = false;
-  static constexpr std::uint32_t kMediaSeqs = 8;  // images media_ctx decodes in one batch
-  // media_ctx, made on the first call (executor.cpp); null when it cannot be.
-  llama_context *media_context();
   llama_batch *batch = nullptr;  // n_batch tokens, one seq id each
   std::uint32_t n_ctx = 0;
   std::int32_t n_vocab = 0;
 
-  std::mutex step_mu;
-  std::atomic<std::thread::id> stepping{};
-  std::atomic<std::uint64_t> steps_ended{0};  // counts step() returns (the encoder's gate reads it)
-  // The encoder's gate (executor.cpp): an image queued while a step runs
-  // waits for that step to end, at most kEncodeGate, so its encode does not
-  // take the cores from the step's decodes.
-  static constexpr std::chrono::milliseconds kEncodeGate{25};
-  void await_step_end() const;
-  mutable std::mutex mu;
-  bool closed = false;  // the Executor object is gone
+  StepGate gate;
+  mutable std::mutex mu;  // the state lock
+  bool closed = false;    // the Executor object is gone
 
   // The layers.
-  std::unique_ptr<KvManager> kv;       // the cache's one owner
-  ConvTable convs;                     // the conversations
-  CostModel cost;                      // what a decode costs
-  std::unique_ptr<Decoder> decoder;    // llama_decode, or a test's
-  EventQueue events;                   // polled events
-  Worker worker;                       // the background stepper
-  // Images: the projector (ExecutorParams::projector) and the thread that
-  // encodes them off the step; null without a projector.
-  std::shared_ptr<Projector::Impl> projector;
-  // Shared: an encode_images() caller holds it while it encodes, even if
-  // the executor goes away meanwhile.
-  std::shared_ptr<MediaEncoder> encoder;
-  // The encoder's activity() (0 without one): a decode that ran beside an
-  // encode shared the cores with it, so the cost model does not learn from it.
-  std::uint64_t encoder_activity() const { return encoder ? encoder->activity() : 0; }
-  // No encode ran at any time since `before` (an encoder_activity() reading).
-  bool encoder_quiet_since(std::uint64_t before) const { return before % 2 == 0 && encoder_activity() == before; }
-  std::atomic<std::uint64_t> next_media_id{1};
+  std::unique_ptr<KvManager> kv;     // the cache's one owner
+  ConvTable convs;                   // the conversations
+  CostModel cost;                    // what a decode costs
+  std::unique_ptr<Decoder> decoder;  // llama_decode, or a test's
+  EventQueue events;                 // polled events
+  Worker worker;                     // the background stepper
+  MediaState media;                  // images
+  AdapterState adapter_state;        // adapters
   StepStats stats;
+  AttentionChoice attention;  // how flash_attn was resolved (stats)
+  StepScratch scratch;
+  Outbox outbox;
 
+  // media.side_ctx, made on the first call (executor.cpp); null when it cannot be.
+  llama_context *media_context();
   // What a decode's cost grows with: without flash attention every token
   // attends over the cells in use (the cost model's depth is then those);
   // with it, over its own position (then the mean position of the batch).
-  bool depth_is_cells = false;
-  AttentionChoice attention;  // how flash_attn was resolved (stats)
-  // Read by the abort callback on a ggml thread.
-  std::atomic<std::int64_t> abort_deadline_ns{0};  // 0 = none
-  std::atomic<bool> aborted{false};
-
-  // Step scratch, reused so a steady-state step does not allocate. The plan
-  // itself goes from stage to stage as a value; this is the last one's
-  // buffers, taken by the next schedule.
-  StepPlan spare_plan;
-  PlanningScratch planning;  // the schedule stage's own
-  RunBuffers run_bufs;       // the run stage's own
-  std::vector<SampleJob> sample_jobs;
-  // The last step decoded a whole image and no tokens (schedule.cpp): the
-  // next one does not do so again, so tokens go at least every other step.
-  bool media_alone_last = false;
-  // The adapter setting the context decodes under now (run.cpp switches it
-  // between a plan's groups).
-  AdapterConfigPtr ctx_adapters;
-  bool adapters_used = false;  // some conversation ever set adapters: groups are looked for
-  std::vector<TokenCallback> callbacks;
-  // Ended generations with an on_finish to run (under mu): taken at the end
-  // of a step (or by the destructor) and run by deliver_finished().
-  std::vector<std::shared_ptr<GenState>> finished;
-  std::vector<std::uint64_t> parks_asked;  // reconcile's scratch
-  std::map<std::vector<Token>, std::uint64_t> pins;  // pinned prefix -> its Conv
-  // Work that needs a step boundary (a save while a step runs): run, under
-  // mu, by the next step at its start or by whoever next settles with no
-  // step running. Each must not throw.
-  std::vector<std::function<void()>> boundary_tasks;
+  bool depth_is_cells() const { return attention.type == LLAMA_FLASH_ATTN_TYPE_DISABLED; }
 
   // --- Conversations (conversation.cpp) ---
   Conv &get(std::uint64_t id);  // under mu; throws Errc::disposed
@@ -216,7 +241,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   void at_boundary_locked(std::function<void()> task);
   // Disposes conversation `id` if it is still there (the cache follows).
   void dispose_id_locked(std::uint64_t id);
-  // Under mu and step_mu (or on the stepping thread). With `lock` (mu's),
+  // Under mu and gate.mu (or on the stepping thread). With `lock` (mu's),
   // parks copy their data with it released.
   void reconcile_locked(std::unique_lock<std::mutex> *lock = nullptr);
   void reconcile_one(Conv &c);

@@ -78,7 +78,7 @@ bool ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
     // give what one batch gives (M-RoPE cells by their 2-D place: llama.cpp's
     // mask orders an image's cells by row and column).
     if (!m.chunk->non_causal) return true;
-    planning.media_wanting.push_back(&c);
+    scratch.planning.media_wanting.push_back(&c);
   } else if (state == MediaChunk::failed) {
     // Its input stays held back (not lost) until clear_error(); rewinding
     // past the image drops it.
@@ -91,12 +91,12 @@ bool ExecutorCore::media_candidate_locked(Conv &c, const MediaSpan &m) {
 void ExecutorCore::plan_media_locked(std::vector<MediaSegment> &out, std::uint32_t &token_budget,
                                      std::uint32_t &free_cells, double *time_left) {
   out.clear();
-  std::sort(planning.media_wanting.begin(), planning.media_wanting.end(), [](const Conv *a, const Conv *b) {
+  std::sort(scratch.planning.media_wanting.begin(), scratch.planning.media_wanting.end(), [](const Conv *a, const Conv *b) {
     if (a->priority != b->priority) return a->priority > b->priority;
     if (a->turn_since() != b->turn_since()) return a->turn_since() < b->turn_since();
     return a->id < b->id;
   });
-  for (Conv *c : planning.media_wanting) {
+  for (Conv *c : scratch.planning.media_wanting) {
     const MediaSpan *m = media_front(*c);
     const std::uint32_t n = m->chunk->n_tokens;
     if (n > free_cells || n > n_ctx - std::min(n_ctx, c->n_decoded())) continue;  // waits for cells
@@ -108,7 +108,7 @@ void ExecutorCore::plan_media_locked(std::vector<MediaSegment> &out, std::uint32
     // The first image of a step pays for the batch (later ones share it),
     // and for the flips of this context's attention unless the second
     // context decodes it.
-    const double batch_s = out.empty() ? (media_ctx != nullptr ? 1 : 2) * cost.media_batch_seconds() : 0;
+    const double batch_s = out.empty() ? (media.side_ctx != nullptr ? 1 : 2) * cost.media_batch_seconds() : 0;
     if (time_left != nullptr && batch_s > *time_left && !overdue) continue;
     if (time_left != nullptr) *time_left -= batch_s;
     out.push_back({.conv = c,
@@ -117,7 +117,7 @@ void ExecutorCore::plan_media_locked(std::vector<MediaSegment> &out, std::uint32
                    .start = c->n_decoded(),
                    .offset = 0,
                    .rows = n,
-                   .adapters = adapters_used ? c->next_adapters() : nullptr,
+                   .adapters = adapter_state.used ? c->next_adapters() : nullptr,
                    .output = n == c->n_queued()});
     token_budget -= std::min(n, token_budget);
     free_cells -= n;
@@ -186,7 +186,7 @@ int decode_side(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vect
       if (const int r = decode_group(x, all, std::vector<std::size_t>{segs[j]}, result, lock, false); r != 0) return r;
       continue;
     }
-    commit_media(x, s, s.output ? &x.run_bufs.staging[j] : nullptr, result);
+    commit_media(x, s, s.output ? &x.scratch.run.staging[j] : nullptr, result);
   }
   return 0;
 }
@@ -197,15 +197,15 @@ int decode_side(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vect
 // and returns the llama_decode code.
 int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vector<std::size_t> &segs,
                  StepResult &result, std::unique_lock<std::mutex> &lock, bool side_ok) {
-  auto &mb = x.run_bufs.media_batch;
-  const std::size_t n_embd = static_cast<std::size_t>(x.projector->n_embd);
+  auto &mb = x.scratch.run.media_batch;
+  const std::size_t n_embd = static_cast<std::size_t>(x.media.projector->n_embd);
   const MediaSegment &first = all[segs.front()];
-  if (x.adapters_used) x.use_adapters(first.adapters);  // throws Errc::backend: the caller fails the group
+  if (x.adapter_state.used) x.use_adapters(first.adapters);  // throws Errc::backend: the caller fails the group
   const bool non_causal = first.chunk->non_causal;
   // M-RoPE: four positions a row, section by section over the batch's rows
   // (t, then y, x, z), as mtmd_helper_decode_image_chunk lays them out.
-  const std::uint32_t n_sections = x.projector->mrope ? 4 : 1;
-  if (side_ok && non_causal && !x.adapters_used && n_sections == 1) {
+  const std::uint32_t n_sections = x.media.projector->mrope ? 4 : 1;
+  if (side_ok && non_causal && !x.adapter_state.used && n_sections == 1) {
     const int rc = decode_side(x, all, segs, result, lock);
     if (rc != kNoSide) return rc;
   }
@@ -271,8 +271,8 @@ int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vec
     llama_batch b = embd_batch(mb, rows);
     x.kv->make_room(rows);  // the prefix cache gives way
     const double used_before = x.kv->cells_held();
-    const std::uint64_t encoder_before = x.encoder_activity();
-    if (x.run_bufs.staging.size() < outputs + out_rows.size()) x.run_bufs.staging.resize(outputs + out_rows.size());
+    const std::uint64_t encoder_before = x.media.encoder_activity();
+    if (x.scratch.run.staging.size() < outputs + out_rows.size()) x.scratch.run.staging.resize(outputs + out_rows.size());
     lock.unlock();
     if (non_causal) llama_set_causal_attn(x.ctx, false);
     const auto d0 = std::chrono::steady_clock::now();
@@ -282,7 +282,7 @@ int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vec
     if (rc == 0) {
       for (const auto &[si, row] : out_rows) {
         const float *lg = llama_get_logits_ith(x.ctx, static_cast<std::int32_t>(row));
-        x.run_bufs.staging[outputs++].assign(lg, lg + x.n_vocab);
+        x.scratch.run.staging[outputs++].assign(lg, lg + x.n_vocab);
       }
     }
     lock.lock();
@@ -295,11 +295,11 @@ int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vec
     x.stats.image_decode_s += took;
     if (non_causal) {
       x.cost.observe_media_batch(took);
-    } else if (rc == 0 && rows > 1 && x.encoder_quiet_since(encoder_before)) {
+    } else if (rc == 0 && rows > 1 && x.media.encoder_quiet_since(encoder_before)) {
       // Causal rows are planned with the tokens' cost model: an embeddings
       // batch of two rows or more costs what a token batch of its rows does
       // (raw llama.cpp; within ~10% in weft), so it learns from them too.
-      x.cost.observe(rows, x.depth_is_cells ? used_before : depth / rows, took);
+      x.cost.observe(rows, x.depth_is_cells() ? used_before : depth / rows, took);
     }
   }
   if (rc != 0) {
@@ -319,7 +319,7 @@ int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vec
     return rc;
   }
   std::size_t o = 0;
-  for (std::size_t i : segs) commit_media(x, all[i], all[i].output ? &x.run_bufs.staging[o++] : nullptr, result);
+  for (std::size_t i : segs) commit_media(x, all[i], all[i].output ? &x.scratch.run.staging[o++] : nullptr, result);
   return 0;
 }
 

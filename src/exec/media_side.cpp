@@ -1,7 +1,7 @@
 // The second context for non-causal images (gemma3's): llama.cpp decodes
 // such an image with causal attention off, and each flip of a context's
 // attention makes it rebuild its scheduler and reserve its graphs (6 ms a
-// flip on npc at n_ubatch 512, docs/BENCHMARKS.md). ExecutorCore::media_ctx
+// flip on npc at n_ubatch 512, docs/BENCHMARKS.md). ExecutorCore::media.side_ctx
 // is kept non-causal for good: a step copies the conversations' KV data in,
 // decodes their images there in one batch and copies only the images' cells
 // back (KvManager::append_data), so the main context never flips.
@@ -20,7 +20,7 @@ namespace weft::detail {
 // Each conversation's KV data goes into a sequence of its own there, the
 // images are decoded in one batch as mtmd's helper decodes each (causal
 // attention off; each sees its own conversation only), their logits go to
-// x.run_bufs.staging[j] for each segs[j] that asks for them, and `images[j]` gets the
+// x.scratch.run.staging[j] for each segs[j] that asks for them, and `images[j]` gets the
 // data of segs[j]'s image cells alone. Returns 0, llama_decode's code, or
 // kNoSide (the second context cannot take them; nothing done in the main
 // context either way); `seconds`: the time it took. `mu` held on entry and
@@ -29,7 +29,7 @@ int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, c
                         std::vector<std::vector<std::uint8_t>> &images, double &seconds,
                         std::unique_lock<std::mutex> &lock) {
   llama_context *side = x.media_context();
-  if (side == nullptr || segs.size() > ExecutorCore::kMediaSeqs) return kNoSide;
+  if (side == nullptr || segs.size() > MediaState::kSideSeqs) return kNoSide;
   std::uint64_t cells = 0;
   for (std::size_t i : segs) {
     const KvHandle &kv = all[i].conv->kv;
@@ -44,8 +44,8 @@ int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, c
     const KvHandle &kv = all[segs[j]].conv->kv;
     if (kv.n() > 0 && (data[j] = x.kv->export_kv(kv)).empty()) return kNoSide;
   }
-  const std::size_t n_embd = static_cast<std::size_t>(x.projector->n_embd);
-  auto &mb = x.run_bufs.media_batch;
+  const std::size_t n_embd = static_cast<std::size_t>(x.media.projector->n_embd);
+  auto &mb = x.scratch.run.media_batch;
   std::uint32_t rows = 0;
   for (std::size_t i : segs) rows += all[i].rows;
   mb.embd.resize(std::size_t(rows) * n_embd);
@@ -68,7 +68,7 @@ int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, c
     if (s.output) mb.logits[row - 1] = 1;
   }
   llama_batch b = embd_batch(mb, rows);
-  if (x.run_bufs.staging.size() < segs.size()) x.run_bufs.staging.resize(segs.size());
+  if (x.scratch.run.staging.size() < segs.size()) x.scratch.run.staging.resize(segs.size());
   images.assign(segs.size(), {});
   lock.unlock();
   ScratchKv kv(side);
@@ -85,7 +85,7 @@ int decode_in_media_ctx(ExecutorCore &x, const std::vector<MediaSegment> &all, c
       row += s.rows;
       if (s.output) {
         const float *lg = llama_get_logits_ith(side, static_cast<std::int32_t>(row - 1));
-        x.run_bufs.staging[j].assign(lg, lg + x.n_vocab);
+        x.scratch.run.staging[j].assign(lg, lg + x.n_vocab);
       }
       // Only the image's cells go back.
       images[j] = kv.take_from(static_cast<int>(j), p0[j]);

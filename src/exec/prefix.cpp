@@ -30,7 +30,7 @@ void Executor::pin_prefix(std::span<const Token> tokens) {
   {
     std::lock_guard lock(x.mu);
     if (x.closed) fail(Errc::disposed, "the executor was destroyed");
-    if (x.pins.count(key) > 0) {
+    if (x.convs.pins.count(key) > 0) {
       fail(Errc::invalid_argument, fmt::format("pin_prefix: these {} tokens are pinned already", tokens.size()));
     }
     auto [c, handle] = x.create_locked();
@@ -47,7 +47,7 @@ void Executor::pin_prefix(std::span<const Token> tokens) {
     }
     c->queue.push_back(tokens);
     c->ready_since = x.stats.steps;
-    x.pins.emplace(std::move(key), c->id);
+    x.convs.pins.emplace(std::move(key), c->id);
     x.settle_locked();
   }
   x.notify_work();
@@ -57,10 +57,10 @@ bool Executor::unpin_prefix(std::span<const Token> tokens) {
   auto &x = detail::live_core(core_);
   {
     std::lock_guard lock(x.mu);
-    auto it = x.pins.find(std::vector<Token>(tokens.begin(), tokens.end()));
-    if (it == x.pins.end()) return false;
+    auto it = x.convs.pins.find(std::vector<Token>(tokens.begin(), tokens.end()));
+    if (it == x.convs.pins.end()) return false;
     const std::uint64_t id = it->second;
-    x.pins.erase(it);
+    x.convs.pins.erase(it);
     x.dispose_id_locked(id);
   }
   x.notify_work();

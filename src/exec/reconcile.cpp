@@ -60,11 +60,11 @@ void ExecutorCore::ensure_logits_locked(Conv &c) {
 
 bool ExecutorCore::claim_boundary(std::unique_lock<std::mutex> &step) {
   // A callback on the stepping thread: between stages, nothing decoding.
-  if (stepping.load() == std::this_thread::get_id()) return true;
+  if (gate.stepping.load() == std::this_thread::get_id()) return true;
   // With a worker, the worker does it: a game thread never does KV work
   // itself (a park's copy or a load's import can take milliseconds).
   if (worker.running()) return false;
-  step = std::unique_lock(step_mu, std::try_to_lock);
+  step = std::unique_lock(gate.mu, std::try_to_lock);
   return step.owns_lock();  // else the running step's next boundary will
 }
 
@@ -77,7 +77,7 @@ bool ExecutorCore::settle_locked() {
 }
 
 void ExecutorCore::at_boundary_locked(std::function<void()> task) {
-  boundary_tasks.push_back(std::move(task));
+  gate.boundary_tasks.push_back(std::move(task));
   try {
     settle_locked();  // nobody else stepping: done now
   } catch (...) {
@@ -86,14 +86,14 @@ void ExecutorCore::at_boundary_locked(std::function<void()> task) {
 }
 
 void ExecutorCore::run_boundary_tasks_locked() {
-  auto tasks = std::move(boundary_tasks);
-  boundary_tasks.clear();
+  auto tasks = std::move(gate.boundary_tasks);
+  gate.boundary_tasks.clear();
   for (auto &task : tasks) task();
 }
 
 void ExecutorCore::reconcile_locked(std::unique_lock<std::mutex> *lock) {
   // In the order they were changed: a fork's source before the fork.
-  std::vector<std::uint64_t> &to_park = parks_asked;
+  std::vector<std::uint64_t> &to_park = scratch.parks_asked;
   to_park.clear();
   for (std::size_t i = 0; i < convs.dirty.size(); ++i) {
     auto it = convs.all.find(convs.dirty[i]);

@@ -45,33 +45,33 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
   // leave every generating conversation without a token that step.
   const std::uint32_t media_decoded = result.tokens_decoded;
   std::size_t cursor = 0;  // next segment to slice from
-  run_bufs.parts.clear();
-  auto &stack = run_bufs.ranges;  // [begin, end) ranges of `parts` still to decode
+  scratch.run.parts.clear();
+  auto &stack = scratch.run.ranges;  // [begin, end) ranges of `parts` still to decode
   stack.clear();
 
   for (;;) {
     if (stack.empty()) {
-      const std::size_t begin = run_bufs.parts.size();
+      const std::size_t begin = scratch.run.parts.size();
       std::uint32_t room = cap;
       const AdapterConfig *group = nullptr;  // a llama_decode is of one adapter setting
       for (; room > 0 && cursor < segments.size(); ++cursor) {
         Segment &s = segments[cursor];
         if (stale(s)) s.failed = true;
         if (!s.failed) {
-          if (run_bufs.parts.size() > begin && !same_adapters(group, s.adapters.get())) break;
+          if (scratch.run.parts.size() > begin && !same_adapters(group, s.adapters.get())) break;
           group = s.adapters.get();
         }
         const std::uint32_t n = s.failed ? 0 : std::min(room, s.n - s.sliced);
-        if (n > 0) run_bufs.parts.push_back({static_cast<std::uint32_t>(cursor), n, false, 0});
+        if (n > 0) scratch.run.parts.push_back({static_cast<std::uint32_t>(cursor), n, false, 0});
         s.sliced += n;
         room -= n;
         if (!s.failed && s.sliced < s.n) break;  // the micro-batch is full
       }
-      if (run_bufs.parts.size() == begin) return false;  // the plan is done
+      if (scratch.run.parts.size() == begin) return false;  // the plan is done
       // Between micro-batches; the first always runs (a deadline that had
       // passed when the step began was handled in step()).
       if (has_deadline && result.tokens_decoded > media_decoded && Clock::now() >= *budget.deadline) return true;
-      stack.push_back({begin, run_bufs.parts.size()});
+      stack.push_back({begin, scratch.run.parts.size()});
     }
     const auto [lo, hi] = stack.back();
     stack.pop_back();
@@ -82,22 +82,22 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     std::size_t live = 0;
     std::uint32_t outputs = 0;
     for (std::size_t i = lo; i < hi; ++i) {
-      Segment &s = segments[run_bufs.parts[i].seg];
+      Segment &s = segments[scratch.run.parts[i].seg];
       if (!s.failed && stale(s)) s.failed = true;
       if (s.failed) continue;
       const Conv &c = *s.conv;
-      const std::uint32_t n = run_bufs.parts[i].n;
+      const std::uint32_t n = scratch.run.parts[i].n;
       const std::uint32_t pos = s.start + s.done;
       const llama_pos at = c.kv.pos(pos);  // past an M-RoPE image, positions and indices part
-      run_bufs.parts[i].output = n == c.n_queued();
-      if (run_bufs.parts[i].output) run_bufs.parts[i].staged = outputs++;
+      scratch.run.parts[i].output = n == c.n_queued();
+      if (scratch.run.parts[i].output) scratch.run.parts[i].staged = outputs++;
       for (std::uint32_t k = 0; k < n; ++k) {
         const int row = b.n_tokens++;
         b.token[row] = c.queue[k];
         b.pos[row] = at + static_cast<llama_pos>(k);
         b.n_seq_id[row] = 1;
         b.seq_id[row][0] = c.kv.seq;
-        b.logits[row] = run_bufs.parts[i].output && k + 1 == n;
+        b.logits[row] = scratch.run.parts[i].output && k + 1 == n;
       }
       depth += n * (pos + (n - 1) / 2.0);
       ++live;
@@ -106,16 +106,16 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
 
     kv->make_room(static_cast<std::uint32_t>(b.n_tokens));  // the prefix cache gives way
     bool switched = false;
-    if (adapters_used) {
+    if (adapter_state.used) {
       for (std::size_t i = lo; i < hi && !switched; ++i) {
-        const Segment &s = segments[run_bufs.parts[i].seg];
+        const Segment &s = segments[scratch.run.parts[i].seg];
         if (s.failed) continue;
         try {
           switched = use_adapters(s.adapters);
         } catch (const Error &e) {
           // llama.cpp refused the setting: its conversations fail, others go on.
           for (std::size_t j = lo; j < hi; ++j) {
-            Segment &t = segments[run_bufs.parts[j].seg];
+            Segment &t = segments[scratch.run.parts[j].seg];
             if (!t.failed) {
               t.failed = true;
               post_error_locked(*t.conv, e);
@@ -125,8 +125,8 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
         }
         break;
       }
-      if (std::all_of(run_bufs.parts.begin() + static_cast<std::ptrdiff_t>(lo),
-                      run_bufs.parts.begin() + static_cast<std::ptrdiff_t>(hi),
+      if (std::all_of(scratch.run.parts.begin() + static_cast<std::ptrdiff_t>(lo),
+                      scratch.run.parts.begin() + static_cast<std::ptrdiff_t>(hi),
                       [&](const Part &p) { return segments[p.seg].failed; })) {
         continue;
       }
@@ -136,13 +136,13 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
       continue;
     }
     const double used_before = kv->cells_held();  // the cells attention spans, without flash attention
-    const std::uint64_t encoder_before = encoder_activity();
-    aborted.store(false, std::memory_order_relaxed);
+    const std::uint64_t encoder_before = media.encoder_activity();
+    gate.aborted.store(false, std::memory_order_relaxed);
     // The first micro-batch of a step always completes, so every step makes
     // progress even when one micro-batch alone overruns the deadline; later
     // ones are aborted in flight once it passes.
     const bool arm = has_deadline && result.tokens_decoded > media_decoded;
-    abort_deadline_ns.store(arm ? to_ns(*budget.deadline) : 0, std::memory_order_relaxed);
+    gate.abort_deadline_ns.store(arm ? to_ns(*budget.deadline) : 0, std::memory_order_relaxed);
     lock.unlock();
     const auto d0 = Clock::now();
     const int rc = decoder->decode(ctx, b);
@@ -150,22 +150,22 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     if (rc == 0) {
       // Copied before the lock is taken again. `parts` and `staging` are
       // this thread's own.
-      if (run_bufs.staging.size() < outputs) run_bufs.staging.resize(outputs);
+      if (scratch.run.staging.size() < outputs) scratch.run.staging.resize(outputs);
       int row = 0;
       for (std::size_t i = lo; i < hi; ++i) {
-        if (segments[run_bufs.parts[i].seg].failed) continue;
-        row += static_cast<int>(run_bufs.parts[i].n);
-        if (!run_bufs.parts[i].output) continue;
+        if (segments[scratch.run.parts[i].seg].failed) continue;
+        row += static_cast<int>(scratch.run.parts[i].n);
+        if (!scratch.run.parts[i].output) continue;
         const float *lg = llama_get_logits_ith(ctx, row - 1);
-        run_bufs.staging[run_bufs.parts[i].staged].assign(lg, lg + n_vocab);
+        scratch.run.staging[scratch.run.parts[i].staged].assign(lg, lg + n_vocab);
       }
     }
     lock.lock();
-    abort_deadline_ns.store(0, std::memory_order_relaxed);
+    gate.abort_deadline_ns.store(0, std::memory_order_relaxed);
     if (const std::string lost = model.impl()->failure(); !lost.empty()) {
       // An RPC peer failed during this decode: its logits are the relay's
       // zeros, never committed.
-      for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[run_bufs.parts[i].seg].conv->kv);
+      for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[scratch.run.parts[i].seg].conv->kv);
       ++stats.decode_failures;
       fail_parts_locked(segments, lo, hi, lost, result);
       continue;
@@ -173,10 +173,10 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     result.decode_seconds += took;
     ++result.decode_calls;
     // An encode beside this decode took cores from it: not what a decode costs.
-    const bool learn = encoder_quiet_since(encoder_before);
+    const bool learn = media.encoder_quiet_since(encoder_before);
 
     if (rc == 0) {
-      const double d = depth_is_cells ? used_before : depth / static_cast<double>(b.n_tokens);
+      const double d = depth_is_cells() ? used_before : depth / static_cast<double>(b.n_tokens);
       double t = took;
       if (switched && learn) {
         // The switch's graph reserve ran inside this decode: learnt apart,
@@ -195,7 +195,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
         cost.observe_beside_encode(ratio);
       }
       for (std::size_t i = lo; i < hi; ++i) {
-        if (Segment &s = segments[run_bufs.parts[i].seg]; !s.failed) commit_part(s, run_bufs.parts[i], result);
+        if (Segment &s = segments[scratch.run.parts[i].seg]; !s.failed) commit_part(s, scratch.run.parts[i], result);
       }
       continue;
     }
@@ -203,12 +203,12 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     // llama.cpp keeps the micro-batches it finished before a failure or an
     // abort: bring every sequence back to its last committed position, so
     // the cache and the ledger agree and the tokens can simply be retried.
-    for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[run_bufs.parts[i].seg].conv->kv);
-    if (rc == 2 && aborted.load()) {
+    for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[scratch.run.parts[i].seg].conv->kv);
+    if (rc == 2 && gate.aborted.load()) {
       // Our deadline, not a fault. It took at least this long: if that is
       // more than predicted, the cost model learns it (else a chunk that
       // does not fit would be planned, and aborted, every step).
-      const double d = depth_is_cells ? used_before : depth / std::max(1, b.n_tokens);
+      const double d = depth_is_cells() ? used_before : depth / std::max(1, b.n_tokens);
       if (learn && took > cost.predict(static_cast<std::uint32_t>(b.n_tokens), d)) {
         cost.observe(static_cast<std::uint32_t>(b.n_tokens), d, took);
       }
@@ -218,15 +218,15 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     if (live > 1) {
       // Narrow the failure down: each half on its own.
       std::size_t first = lo;
-      while (segments[run_bufs.parts[first].seg].failed) ++first;
+      while (segments[scratch.run.parts[first].seg].failed) ++first;
       const std::size_t mid = first + (hi - first) / 2;
       stack.push_back({mid, hi});
       stack.push_back({lo, mid});
       continue;
     }
     for (std::size_t i = lo; i < hi; ++i) {
-      Segment &s = segments[run_bufs.parts[i].seg];
-      if (!s.failed) fail_segment_locked(s, run_bufs.parts[i].n, rc, result);
+      Segment &s = segments[scratch.run.parts[i].seg];
+      if (!s.failed) fail_segment_locked(s, scratch.run.parts[i].n, rc, result);
     }
   }
 }
@@ -234,7 +234,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
 void ExecutorCore::fail_parts_locked(std::vector<Segment> &segments, std::size_t lo, std::size_t hi,
                                      const std::string &why, StepResult &result) {
   for (std::size_t i = lo; i < hi; ++i) {
-    Segment &s = segments[run_bufs.parts[i].seg];
+    Segment &s = segments[scratch.run.parts[i].seg];
     if (s.failed) continue;
     s.failed = true;
     post_error_locked(*s.conv, Error(Errc::backend, fmt::format("conversation {}: {}", s.conv->id, why)));

@@ -124,7 +124,7 @@ Conv *ExecutorCore::pick_victim_locked(const Conv *for_whom, bool idle_only) {
 
 bool ExecutorCore::make_resident_locked(std::uint32_t token_budget, std::unique_lock<std::mutex> &lock) {
   // Who waits to become resident, most urgent first.
-  std::vector<Conv *> &wanting = planning.convs;  // scratch; the plan rebuilds it
+  std::vector<Conv *> &wanting = scratch.planning.convs;  // scratch; the plan rebuilds it
   wanting.clear();
   for (auto &[id, cp] : convs.all) {
     Conv &c = *cp;
@@ -213,7 +213,7 @@ bool ExecutorCore::follows_locked(const Conv &c) const {
   const std::uint32_t from = c.n_decoded();
   const std::uint32_t n = from + c.n_queued() - 1;  // its last token is decoded anyway
   if (n < from + PrefixIndex::kBlock) return false;
-  for (const Conv *l : planning.convs) {
+  for (const Conv *l : scratch.planning.convs) {
     if (l->gen_token_queued || l->n_queued() < 2) continue;  // a leader decodes a prompt
     if (!same_adapters(l->next_adapters().get(), c.next_adapters().get())) continue;  // its KV would differ
     const std::uint32_t lim = std::min(n, l->n_decoded() + l->n_queued());
@@ -225,7 +225,7 @@ bool ExecutorCore::follows_locked(const Conv &c) const {
 }
 
 void ExecutorCore::reuse_locked(Conv &c) {
-  auto &want = planning.reuse_want;
+  auto &want = scratch.planning.reuse_want;
   want.assign(c.history.begin(), c.history.end());
   const auto queued = c.queue.view();
   want.insert(want.end(), queued.begin(), queued.end());
@@ -254,8 +254,8 @@ double ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::ui
   // predicts (learnt in step.cpp), so that is planned for.
   const auto split = [&] {
     std::uint32_t rows = 0, tokens = 0;
-    for (const auto &e : planning.entries) {
-      const Conv &c = *planning.convs[e.index];
+    for (const auto &e : scratch.planning.entries) {
+      const Conv &c = *scratch.planning.convs[e.index];
       (c.media.empty() || media_front(c) == nullptr ? tokens : rows) += e.n_tokens;
     }
     return std::pair{tokens, rows};
@@ -267,15 +267,15 @@ double ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::ui
     const double need = (predict(tokens) + predict(rows)) * cost.image_step_margin();
     if (need <= seconds) break;
     token_budget = std::max(1u, static_cast<std::uint32_t>(token_budget * std::max(0.0, seconds) / need));
-    plan_batch(planning.candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, planning.entries);
+    plan_batch(scratch.planning.candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, scratch.planning.entries);
   }
   // A piece of one row costs far more than one row of a larger piece (on
   // npc at 3,400 cells: 3.4 ms against 2.0 ms for two rows, measured): an
   // image with rows left gets two where the budget has a token to spare.
   std::uint32_t planned = 0;
-  for (const auto &e : planning.entries) planned += e.n_tokens;
-  for (auto &e : planning.entries) {
-    const Conv &c = *planning.convs[e.index];
+  for (const auto &e : scratch.planning.entries) planned += e.n_tokens;
+  for (auto &e : scratch.planning.entries) {
+    const Conv &c = *scratch.planning.convs[e.index];
     const MediaSpan *m = c.media.empty() ? nullptr : media_front(c);
     if (m != nullptr && e.n_tokens == 1 && m->end() - c.n_decoded() > 1 && planned < std::min(token_budget, free_cells)) {
       ++e.n_tokens;
@@ -288,15 +288,15 @@ double ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::ui
 
 StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_point t0, StepResult &result,
                                        std::unique_lock<std::mutex> &lock) {
-  StepPlan out = std::move(spare_plan);  // its buffers, emptied
+  StepPlan out = std::move(scratch.spare_plan);  // its buffers, emptied
   out.clear();
   for (int attempt = 0;; ++attempt) {
     // Operations made while the lock was released (sampling, a callback)
     // may have left KV work: the plan needs the cache as the histories say.
     reconcile_locked(&lock);
-    planning.candidates.clear();
-    planning.convs.clear();
-    planning.media_wanting.clear();
+    scratch.planning.candidates.clear();
+    scratch.planning.convs.clear();
+    scratch.planning.media_wanting.clear();
     std::uint64_t wanted = 0;
     double depth_sum = 0, depth_weight = 0;
     std::uint32_t no_slot = 0, held_back = 0, generating = 0;
@@ -336,7 +336,7 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
       }
       // A segment decodes under one adapter setting: up to the next change.
       std::uint32_t queued =
-          adapters_used ? c.spans.run(c.n_decoded(), c.n_queued(), c.adapters) : c.n_queued();
+          adapter_state.used ? c.spans.run(c.n_decoded(), c.n_queued(), c.adapters) : c.n_queued();
       if (!c.media.empty()) {
         if (const MediaSpan *m = media_front(c)) {
           // A non-causal image next: planned whole, apart from the tokens
@@ -348,11 +348,11 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
           queued = std::min(queued, text_run(c));  // text up to the next image
         }
       }
-      planning.candidates.push_back({static_cast<std::uint32_t>(planning.convs.size()), queued, room, c.priority,
+      scratch.planning.candidates.push_back({static_cast<std::uint32_t>(scratch.planning.convs.size()), queued, room, c.priority,
                             c.turn_since(), c.gen_token_queued});
-      planning.convs.push_back(&c);
+      scratch.planning.convs.push_back(&c);
       wanted += std::min(queued, room);
-      if (!depth_is_cells) {
+      if (!depth_is_cells()) {
         // Attention costs by each token's own position: weigh what each wants.
         std::uint32_t w = c.gen_token_queued ? 1u : std::min(queued, room);
         if (params.max_prompt_chunk != 0) w = std::min(w, params.max_prompt_chunk);
@@ -363,21 +363,21 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
     }
     std::uint32_t token_budget = budget.max_tokens.value_or(params.n_batch);
     double left = 0, depth = 0;
-    const bool timed = budget.max_time && (!planning.candidates.empty() || !planning.media_wanting.empty());
+    const bool timed = budget.max_time && (!scratch.planning.candidates.empty() || !scratch.planning.media_wanting.empty());
     if (timed) {
       // What is left of the budget, less the sampling that follows the decode.
       left = std::chrono::duration<double>(*budget.max_time - (Clock::now() - t0)).count() -
              cost.sample_seconds() * generating;
       // The encoder thread is encoding on the same cores: decodes run slower
       // by what was seen beside earlier encodes.
-      if (encoder_activity() % 2 == 1) left /= cost.encode_slowdown();
-      depth = depth_is_cells ? kv->cells_held() : depth_weight > 0 ? depth_sum / depth_weight : 0;
+      if (media.encoder_activity() % 2 == 1) left /= cost.encode_slowdown();
+      depth = depth_is_cells() ? kv->cells_held() : depth_weight > 0 ? depth_sum / depth_weight : 0;
     }
     std::uint32_t free_cells = kv->cells_free();
     // Images first (each waited for its encoder); their batch's time comes
     // off what the tokens get.
     plan_media_locked(out.media, token_budget, free_cells, timed ? &left : nullptr);
-    if (timed && !planning.candidates.empty()) {
+    if (timed && !scratch.planning.candidates.empty()) {
       // Each adapter group is a llama_decode of its own, and each switch
       // re-reserves llama.cpp's graph: what they cost comes off the budget.
       const double tokens_left = left - group_overhead_locked(depth);
@@ -385,16 +385,16 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
       // A whole image that leaves no time for a one-token decode takes the
       // step alone: the tokens wait one step instead of the step overrunning
       // by their decode. Never two such steps in a row.
-      if (!out.media.empty() && !media_alone_last && tokens_left < cost.predict(1, depth) * cost.margin(1)) {
+      if (!out.media.empty() && !media.alone_last && tokens_left < cost.predict(1, depth) * cost.margin(1)) {
         token_budget = 0;
       }
     }
-    plan_batch(planning.candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, planning.entries);
+    plan_batch(scratch.planning.candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, scratch.planning.entries);
     out.image_step_need = 0;
     if (timed && media_rows_wanted > 0) {
       out.image_step_need = fit_image_rows_locked(left - group_overhead_locked(depth), depth, token_budget, free_cells);
     }
-    if (budget.max_time && adapters_used && !planning.entries.empty())
+    if (budget.max_time && adapter_state.used && !scratch.planning.entries.empty())
       replan_for_groups_locked(left, depth, token_budget, wanted);
     const bool pressure = kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted);
     result.blocked = no_slot + held_back;
@@ -402,17 +402,17 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
     // Who got less than it wanted, and who got nothing, because cells ran out.
     Conv *first_short = nullptr;
     std::uint32_t n_blocked = 0;
-    for (const auto &cand : planning.candidates) {
-      const auto it = std::find_if(planning.entries.begin(), planning.entries.end(),
+    for (const auto &cand : scratch.planning.candidates) {
+      const auto it = std::find_if(scratch.planning.entries.begin(), scratch.planning.entries.end(),
                                    [&](auto &e) { return e.index == cand.index; });
-      const std::uint32_t got = it == planning.entries.end() ? 0 : it->n_tokens;
+      const std::uint32_t got = it == scratch.planning.entries.end() ? 0 : it->n_tokens;
       std::uint32_t want = std::min(cand.queued, cand.room);
       if (params.max_prompt_chunk != 0 && !cand.generating) want = std::min(want, params.max_prompt_chunk);
       if (got >= want) continue;
-      if (first_short == nullptr) first_short = planning.convs[cand.index];
+      if (first_short == nullptr) first_short = scratch.planning.convs[cand.index];
       if (got > 0) continue;
       ++n_blocked;
-      Conv &c = *planning.convs[cand.index];
+      Conv &c = *scratch.planning.convs[cand.index];
       if (params.pressure == PressurePolicy::fail && attempt == 0) {
         post_error_locked(c, Error(Errc::out_of_range, fmt::format("conversation {} needs {} KV cells, {} of {} are free",
                                                                    c.id, want, kv->cells_free(), n_ctx)));
@@ -441,9 +441,9 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
       return out;
     }
   }
-  media_alone_last = !out.media.empty() && planning.entries.empty();
-  for (const auto &e : planning.entries) {
-    Conv &c = *planning.convs[e.index];
+  media.alone_last = !out.media.empty() && scratch.planning.entries.empty();
+  for (const auto &e : scratch.planning.entries) {
+    Conv &c = *scratch.planning.convs[e.index];
     if (const MediaSpan *m = c.media.empty() ? nullptr : media_front(c)) {
       // Rows of a causal image: an embeddings batch (media.cpp).
       out.media.push_back({.conv = &c,
@@ -452,14 +452,14 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
                            .start = c.n_decoded(),
                            .offset = c.n_decoded() - m->begin,
                            .rows = e.n_tokens,
-                           .adapters = adapters_used ? c.next_adapters() : nullptr,
+                           .adapters = adapter_state.used ? c.next_adapters() : nullptr,
                            .output = e.n_tokens == c.n_queued()});
       continue;
     }
     out.segments.push_back({.conv = &c, .n = e.n_tokens, .epoch = c.epoch, .start = c.n_decoded()});
-    if (adapters_used) out.segments.back().adapters = c.next_adapters();
+    if (adapter_state.used) out.segments.back().adapters = c.next_adapters();
   }
-  if (adapters_used) group_segments(out.segments, budget.deadline.has_value());
+  if (adapter_state.used) group_segments(out.segments, budget.deadline.has_value());
   return out;
 }
 

@@ -36,14 +36,14 @@ StepBudget check_budget(StepBudget b, std::uint32_t n_batch) {
 StepResult ExecutorCore::step(const StepBudget &asked) {
   const auto t0 = Clock::now();
   const StepBudget budget = check_budget(asked, params.n_batch);
-  // The stepping thread already holds step_mu: waiting for it would hang.
-  if (stepping.load() == std::this_thread::get_id()) {
+  // The stepping thread already holds gate.mu: waiting for it would hang.
+  if (gate.stepping.load() == std::this_thread::get_id()) {
     fail(Errc::invalid_argument,
          "step() called from a callback on the stepping thread (on_token or on_pressure) while that step runs; "
          "return from the callback and step again");
   }
-  std::unique_lock step_lock(step_mu);
-  stepping.store(std::this_thread::get_id());
+  std::unique_lock step_lock(gate.mu);
+  gate.stepping.store(std::this_thread::get_id());
   struct Unmark {
     std::atomic<std::thread::id> &s;
     std::atomic<std::uint64_t> &ended;
@@ -51,7 +51,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
       s.store(std::thread::id{});
       ended.fetch_add(1);
     }
-  } unmark{stepping, steps_ended};
+  } unmark{gate.stepping, gate.ended};
 
   StepResult result;
   std::unique_lock lock(mu);
@@ -62,7 +62,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     result.deadline_hit = true;  // already late: decode nothing
     ++stats.deadline_stops;
     std::vector<std::shared_ptr<GenState>> ended;
-    ended.swap(finished);  // ended by game threads' calls since the last step
+    ended.swap(outbox.finished);  // ended by game threads' calls since the last step
     lock.unlock();
     deliver_finished(ended);
     return result;
@@ -84,11 +84,11 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     result.idle = result.tokens_sampled == 0 && moves.parks + moves.restores + moves.recomputes == moves_before &&
                   !may_age && convs.dirty.empty();
   } else {
-    const std::uint64_t encoder_before = encoder_activity();
+    const std::uint64_t encoder_before = media.encoder_activity();
     run_media_locked(plan.media, result, lock);  // images whose embeddings the encoder made
     result.deadline_hit = run_locked(plan.segments, budget, result, lock);
     if (plan.image_step_need > 0 && !result.deadline_hit && result.failed == 0 &&
-        encoder_quiet_since(encoder_before)) {
+        media.encoder_quiet_since(encoder_before)) {
       cost.observe_image_step(plan.image_step_need, result.decode_seconds);
     }
     if (result.deadline_hit) ++stats.deadline_stops;
@@ -105,15 +105,15 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   lock.unlock();
   deliver_callbacks();
   lock.lock();
-  if (!boundary_tasks.empty()) {
+  if (!gate.boundary_tasks.empty()) {
     // A save asked for during the step (its callbacks included): the
     // boundary is now.
     reconcile_locked(&lock);
     run_boundary_tasks_locked();
   }
-  spare_plan = std::move(plan);  // its buffers, for the next step
+  scratch.spare_plan = std::move(plan);  // its buffers, for the next step
   std::vector<std::shared_ptr<GenState>> ended;
-  ended.swap(finished);  // empty in most steps: no allocation, no extra lock
+  ended.swap(outbox.finished);  // empty in most steps: no allocation, no extra lock
   lock.unlock();
   if (idle) result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   deliver_finished(ended);

@@ -37,7 +37,7 @@ void ExecutorCore::commit_part(Segment &s, const Part &part, StepResult &result)
   c.history.insert(c.history.end(), input.begin(), input.end());
   c.queue.pop_front(n);
   if (part.output) {
-    c.logits.swap(run_bufs.staging[part.staged]);  // copied with the lock released (run.cpp)
+    c.logits.swap(scratch.run.staging[part.staged]);  // copied with the lock released (run.cpp)
     c.has_logits = true;
   } else {
     c.has_logits = false;
@@ -70,7 +70,7 @@ std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason,
     }
   }
   if (publish) gen->cv.notify_all();
-  if (gen->params.on_finish) finished.push_back(gen);
+  if (gen->params.on_finish) outbox.finished.push_back(gen);
   events.post({.kind = EventKind::finished,
                .conversation = c.id,
                .generation = Generation(gen),
@@ -80,7 +80,7 @@ std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason,
 }
 
 void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex> &lock) {
-  sample_jobs.clear();
+  scratch.sample_jobs.clear();
   for (auto &[id, cp] : convs.all) {
     Conv &c = *cp;
     if (c.disposed || !c.gen || !c.has_logits || c.n_queued() > 0 || c.error) continue;
@@ -90,15 +90,15 @@ void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex>
     }
     auto sampler = c.gen->own_sampler ? c.gen->own_sampler : sampler_of(c);
     c.sampling = true;
-    sample_jobs.push_back({&c, c.gen, std::move(sampler), c.epoch});
+    scratch.sample_jobs.push_back({&c, c.gen, std::move(sampler), c.epoch});
   }
-  if (sample_jobs.empty()) return;
+  if (scratch.sample_jobs.empty()) return;
   // Sampling (~0.5 ms a conversation at a temperature over a 32,000-token
   // vocabulary) runs with the lock released: game threads go on meanwhile.
   // Nobody else touches a sampler marked `sampling`, and logits are written
   // only by this thread.
   lock.unlock();
-  for (auto &job : sample_jobs) {
+  for (auto &job : scratch.sample_jobs) {
     try {
       const auto s0 = std::chrono::steady_clock::now();
       decoder->before_sample();
@@ -110,11 +110,11 @@ void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex>
     }
   }
   lock.lock();
-  for (auto &job : sample_jobs) {
+  for (auto &job : scratch.sample_jobs) {
     if (!job.error) cost.observe_sample(job.seconds);  // a time budget keeps room for it
     finish_sample_locked(job, result);
   }
-  sample_jobs.clear();
+  scratch.sample_jobs.clear();
 }
 
 void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
@@ -171,11 +171,11 @@ void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
   }
   const bool callback = static_cast<bool>(gen->params.on_token);
   if (reason != FinishReason::running) finish_generation_locked(c, reason, std::nullopt, !callback);
-  if (callback) callbacks.push_back({std::move(gen), token, std::move(text), reason != FinishReason::running});
+  if (callback) outbox.callbacks.push_back({std::move(gen), token, std::move(text), reason != FinishReason::running});
 }
 
 void ExecutorCore::deliver_callbacks() {
-  for (auto &ev : callbacks) {
+  for (auto &ev : outbox.callbacks) {
     try {
       ev.gen->params.on_token(ev.token, ev.text);
     } catch (...) {
@@ -193,7 +193,7 @@ void ExecutorCore::deliver_callbacks() {
       ev.gen->cv.notify_all();
     }
   }
-  callbacks.clear();
+  outbox.callbacks.clear();
 }
 
 void ExecutorCore::deliver_finished(const std::vector<std::shared_ptr<GenState>> &ended) {

@@ -125,9 +125,9 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
   c->gen_token_queued = r.gen_token_queued;
   c->adapters = std::move(adapters.current);
   c->spans = std::move(adapters.spans);
-  x.adapters_used = x.adapters_used || adapters.any;
+  x.adapter_state.used = x.adapter_state.used || adapters.any;
   c->media = std::move(media.spans);
-  for (auto &m : media.to_encode) x.encoder->push(std::move(m));  // resolve_media checked the projector
+  for (auto &m : media.to_encode) x.media.encoder->push(std::move(m));  // resolve_media checked the projector
   if (r.gen) {
     auto g = std::make_shared<GenState>();
     g->params.max_tokens = r.gen->max_tokens;
@@ -157,12 +157,12 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
 
 // Runs fn() (under mu, the cache reconciled) at a step boundary and returns
 // its result: at once on the stepping thread or when nobody steps; else the
-// stepper runs it at the end of its running step. Waiting on step_mu itself
+// stepper runs it at the end of its running step. Waiting on gate.mu itself
 // could take seconds: a worker takes it again as soon as it lets go.
 template <class Fn>
 auto at_boundary(ExecutorCore &x, Fn &&fn) {
   using T = decltype(fn());
-  if (x.stepping.load() == std::this_thread::get_id()) {
+  if (x.gate.stepping.load() == std::this_thread::get_id()) {
     std::lock_guard lock(x.mu);
     x.reconcile_locked();
     return fn();

@@ -10,8 +10,8 @@ namespace weft::detail {
 
 void record_media(const ExecutorCore &x, const Conv &c, ConvRecord &r) {
   if (c.media.empty()) return;
-  r.projector_fingerprint = x.projector->fingerprint;
-  r.media_n_embd = static_cast<std::uint32_t>(x.projector->n_embd);
+  r.projector_fingerprint = x.media.projector->fingerprint;
+  r.media_n_embd = static_cast<std::uint32_t>(x.media.projector->n_embd);
   for (const MediaSpan &s : c.media) {
     const MediaChunk &m = *s.chunk;
     MediaRecord rec{.id = m.id,
@@ -44,7 +44,7 @@ void record_media(const ExecutorCore &x, const Conv &c, ConvRecord &r) {
 namespace {
 
 std::shared_ptr<MediaChunk> make_chunk(ExecutorCore &x, MediaRecord &rec) {
-  const std::uint64_t id = x.next_media_id++;
+  const std::uint64_t id = x.media.next_id++;
   if (rec.form == MediaRecord::embeddings) {
     auto m = std::make_shared<MediaChunk>();
     m->id = id;
@@ -61,11 +61,11 @@ std::shared_ptr<MediaChunk> make_chunk(ExecutorCore &x, MediaRecord &rec) {
   if (rec.form == MediaRecord::pcm) {
     std::vector<float> samples(rec.source.size() / sizeof(float));
     std::memcpy(samples.data(), rec.source.data(), samples.size() * sizeof(float));
-    in = tokenize_audio(*x.projector, samples, id);
+    in = tokenize_audio(*x.media.projector, samples, id);
   } else if (rec.form == MediaRecord::rgb) {
-    in = tokenize_image_rgb(*x.projector, rec.width, rec.height, rec.source, id);
+    in = tokenize_image_rgb(*x.media.projector, rec.width, rec.height, rec.source, id);
   } else {
-    in = tokenize_image_file(*x.projector, rec.source, id);
+    in = tokenize_image_file(*x.media.projector, rec.source, id);
   }
   if (in.media->n_tokens != rec.n_tokens || in.media->n_pos != rec.n_pos || in.media->nx != rec.nx ||
       in.media->audio != rec.audio) {
@@ -80,26 +80,26 @@ std::shared_ptr<MediaChunk> make_chunk(ExecutorCore &x, MediaRecord &rec) {
 ResolvedMedia resolve_media(ExecutorCore &x, ConvRecord &r, MediaIds &ids) {
   ResolvedMedia out;
   if (r.media.empty()) return out;
-  if (!x.projector) {
+  if (!x.media.projector) {
     fail(Errc::incompatible, fmt::format("the state holds {} image(s) but this executor has no projector "
                                          "(ExecutorParams::projector)",
                                          r.media.size()));
   }
-  if (r.projector_fingerprint != x.projector->fingerprint ||
-      r.media_n_embd != static_cast<std::uint32_t>(x.projector->n_embd)) {
+  if (r.projector_fingerprint != x.media.projector->fingerprint ||
+      r.media_n_embd != static_cast<std::uint32_t>(x.media.projector->n_embd)) {
     fail(Errc::incompatible,
          fmt::format("the state's images were made with projector {:016x} ({} floats per embedding); this "
                      "executor's is {:016x} ({})",
-                     r.projector_fingerprint, r.media_n_embd, x.projector->fingerprint, x.projector->n_embd));
+                     r.projector_fingerprint, r.media_n_embd, x.media.projector->fingerprint, x.media.projector->n_embd));
   }
   const std::size_t n_hist = r.history.size();
   for (MediaRecord &rec : r.media) {
     // (The codec has checked that a clip has no grid.)
-    if (rec.audio ? !x.projector->audio : (rec.nx > 0) != x.projector->mrope) {
+    if (rec.audio ? !x.media.projector->audio : (rec.nx > 0) != x.media.projector->mrope) {
       fail(Errc::corrupt, fmt::format("{} {} of the state is laid out for {} positions; its projector uses {}{}",
                                       rec.audio ? "clip" : "image", rec.id, rec.nx > 0 ? "M-RoPE" : "ordinary",
-                                      x.projector->mrope ? "M-RoPE" : "ordinary",
-                                      x.projector->audio ? "" : " and takes no audio"));
+                                      x.media.projector->mrope ? "M-RoPE" : "ordinary",
+                                      x.media.projector->audio ? "" : " and takes no audio"));
     }
     auto [it, fresh] = ids.try_emplace(rec.id);
     if (fresh) {

@@ -31,21 +31,21 @@ HookDecoder &hooks_of(ExecutorCore &core) {
 
 void set_decode_hook(Executor &executor, DecodeHook hook) {
   auto &core = TestAccess::core(executor);
-  std::lock_guard step(core.step_mu);
+  std::lock_guard step(core.gate.mu);
   std::lock_guard lock(core.mu);
   hooks_of(core).decode_hook = std::move(hook);
 }
 
 void set_abort_hook(Executor &executor, AbortHook hook) {
   auto &core = TestAccess::core(executor);
-  std::lock_guard step(core.step_mu);
+  std::lock_guard step(core.gate.mu);
   std::lock_guard lock(core.mu);
   hooks_of(core).abort_hook = std::move(hook);
 }
 
 void set_sample_hook(Executor &executor, std::function<void()> hook) {
   auto &core = TestAccess::core(executor);
-  std::lock_guard step(core.step_mu);
+  std::lock_guard step(core.gate.mu);
   std::lock_guard lock(core.mu);
   hooks_of(core).sample_hook = std::move(hook);
 }
@@ -53,7 +53,7 @@ void set_sample_hook(Executor &executor, std::function<void()> hook) {
 void set_encode_hook(Executor &executor, std::function<void()> hook) {
   auto &core = TestAccess::core(executor);
   std::lock_guard lock(core.mu);
-  if (core.encoder) core.encoder->set_hook(std::move(hook));
+  if (core.media.encoder) core.media.encoder->set_hook(std::move(hook));
 }
 
 }  // namespace weft::detail

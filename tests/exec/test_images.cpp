@@ -290,7 +290,7 @@ TEST(Images, ImagesShareOneEmbeddingsBatch) {
   EXPECT_EQ(embd_rows, std::vector<int>{48});
   // Decoded in the second context, kept non-causal (media_side.cpp): the
   // main one never flips its attention.
-  EXPECT_NE(weft::detail::TestAccess::core(ex).media_ctx, nullptr);
+  EXPECT_NE(weft::detail::TestAccess::core(ex).media.side_ctx, nullptr);
   for (int i = 0; i < 3; ++i) expect_logits(convs[i], reference(inputs[i]), fmt::format("image {}", i));
 }
 
@@ -314,13 +314,13 @@ TEST(Images, AnImageQueuedDuringAStepIsEncodedAfterIt) {
   std::atomic<int> encodes{0}, beside_a_step{0};
   weft::detail::set_encode_hook(ex, [&] {
     ++encodes;
-    if (core.stepping.load() != std::thread::id{}) ++beside_a_step;
+    if (core.gate.stepping.load() != std::thread::id{}) ++beside_a_step;
   });
   const Rgb img = random_image(rng, 32, 32);
   // A step longer than the gate's bound (kEncodeGate) lets its encode start
   // beside it, as documented: on a loaded machine a 10 ms step can take
   // that long, so such rounds prove nothing and are taken again (bounded).
-  const double gate_s = std::chrono::duration<double>(weft::detail::ExecutorCore::kEncodeGate).count();
+  const double gate_s = std::chrono::duration<double>(weft::detail::StepGate::kEncodeGate).count();
   int conclusive = 0, rounds = 0;
   std::string step_ms;
   for (; conclusive < 3 && rounds < 30; ++rounds) {
@@ -328,7 +328,7 @@ TEST(Images, AnImageQueuedDuringAStepIsEncodedAfterIt) {
     c.prompt(random_tokens(rng, m, 3, true));
     std::thread game([&] {
       const auto until = Clock::now() + std::chrono::seconds(10);
-      while (core.stepping.load() == std::thread::id{} && Clock::now() < until) std::this_thread::yield();
+      while (core.gate.stepping.load() == std::thread::id{} && Clock::now() < until) std::this_thread::yield();
       c.prompt_image(img.w, img.h, img.px);  // mid-step, from another thread
     });
     const int beside_before = beside_a_step.load();
@@ -376,12 +376,12 @@ TEST(Images, WithoutTheSecondContextTheMainOneFlips) {
   std::mt19937 rng(6);
   weft::Executor ex(m, params());
   auto &core = weft::detail::TestAccess::core(ex);
-  ASSERT_NE(core.media_ctx, nullptr);  // made with the executor: a non-causal projector
-  llama_free(core.media_ctx);           // as if llama.cpp had refused to make it
-  core.media_ctx = nullptr;
+  ASSERT_NE(core.media.side_ctx, nullptr);  // made with the executor: a non-causal projector
+  llama_free(core.media.side_ctx);           // as if llama.cpp had refused to make it
+  core.media.side_ctx = nullptr;
   auto [convs, inputs, keep] = image_trio(ex, rng, m, 3, 2, 2);
   run_until_logits(ex, convs, rng, 64);
-  EXPECT_EQ(core.media_ctx, nullptr);
+  EXPECT_EQ(core.media.side_ctx, nullptr);
   for (int i = 0; i < 3; ++i) expect_logits(convs[i], reference(inputs[i]), fmt::format("image {}, main context", i));
 }
 
@@ -394,8 +394,8 @@ TEST(Images, ForksTooLongForTheSecondContextTogetherGoThroughTheMainOne) {
   std::mt19937 rng(12);
   weft::Executor ex(m, params());
   const auto &core = weft::detail::TestAccess::core(ex);
-  ASSERT_NE(core.media_ctx, nullptr);
-  ASSERT_LT(llama_n_ctx(core.media_ctx), 3u * 640u);
+  ASSERT_NE(core.media.side_ctx, nullptr);
+  ASSERT_LT(llama_n_ctx(core.media.side_ctx), 3u * 640u);
   const auto lore = random_tokens(rng, m, 620, true);
   auto root = ex.create();
   root.prompt(lore);
