@@ -15,14 +15,15 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <unordered_map>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "core/projector_impl.hpp"
 #include "core/sampling.hpp"
+#include "core/text_stream.hpp"
 #include "core/token_queue.hpp"
 #include "exec/adapter_spans.hpp"
 #include "kv/kv_manager.hpp"

@@ -305,7 +305,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   double fit_image_rows_locked(double seconds, double depth, std::uint32_t &token_budget, std::uint32_t free_cells);
   // Decodes the plan's images in embeddings batches (mu released around
   // each llama_decode) and commits them.
-  void run_media_locked(std::vector<MediaSegment> &media, StepResult &result, std::unique_lock<std::mutex> &lock);
+  void run_media_locked(std::vector<MediaSegment> &segments, StepResult &result, std::unique_lock<std::mutex> &lock);
 
   // --- Run (run.cpp) ---
   // Decodes the plan's token segments (mu held on entry and exit, released

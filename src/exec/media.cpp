@@ -325,26 +325,26 @@ int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vec
 
 }  // namespace
 
-void ExecutorCore::run_media_locked(std::vector<MediaSegment> &media, StepResult &result,
+void ExecutorCore::run_media_locked(std::vector<MediaSegment> &segments, StepResult &result,
                                     std::unique_lock<std::mutex> &lock) {
   const std::uint32_t ucap = params.n_ubatch;
   std::vector<std::size_t> group;
   std::size_t i = 0;
-  while (i < media.size()) {
+  while (i < segments.size()) {
     // A group shares one embeddings batch: images of one adapter setting and
     // attention kind, together no more than a micro-batch, so llama.cpp
     // decodes each image in one ubatch as it would alone.
     group.clear();
     std::uint32_t total = 0;
-    for (; i < media.size(); ++i) {
-      MediaSegment &s = media[i];
+    for (; i < segments.size(); ++i) {
+      MediaSegment &s = segments[i];
       if (stale(s)) {
         s.failed = true;
         continue;
       }
       const std::uint32_t n = s.rows;
       if (!group.empty()) {
-        const MediaSegment &f = media[group.front()];
+        const MediaSegment &f = segments[group.front()];
         if (total + n > ucap || f.chunk->non_causal != s.chunk->non_causal ||
             !same_adapters(f.adapters.get(), s.adapters.get())) {
           break;
@@ -364,9 +364,9 @@ void ExecutorCore::run_media_locked(std::vector<MediaSegment> &media, StepResult
       const std::string lost = model.impl()->failure();
       if (lost.empty()) return false;
       for (std::size_t g : group) {
-        media[g].failed = true;
-        post_error_locked(*media[g].conv,
-                          Error(Errc::backend, fmt::format("conversation {}: {}", media[g].conv->id, lost)));
+        segments[g].failed = true;
+        post_error_locked(*segments[g].conv,
+                          Error(Errc::backend, fmt::format("conversation {}: {}", segments[g].conv->id, lost)));
         ++result.failed;
       }
       return true;
@@ -374,10 +374,10 @@ void ExecutorCore::run_media_locked(std::vector<MediaSegment> &media, StepResult
     if (fail_if_lost()) continue;
     int rc = 0;
     try {
-      rc = decode_group(*this, media, group, result, lock);
+      rc = decode_group(*this, segments, group, result, lock);
     } catch (const Error &e) {
       for (std::size_t g : group) {  // llama.cpp refused the adapter setting
-        post_error_locked(*media[g].conv, e);
+        post_error_locked(*segments[g].conv, e);
         ++result.failed;
       }
       continue;
@@ -388,7 +388,7 @@ void ExecutorCore::run_media_locked(std::vector<MediaSegment> &media, StepResult
     // Narrowed down: each image alone, so one bad image fails only its own.
     const std::vector<std::size_t> tried = group;
     for (std::size_t g : tried) {
-      MediaSegment &s = media[g];
+      MediaSegment &s = segments[g];
       if (stale(s)) {
         s.failed = true;  // changed meanwhile: nothing to decode for it
         continue;
@@ -396,7 +396,7 @@ void ExecutorCore::run_media_locked(std::vector<MediaSegment> &media, StepResult
       if (tried.size() > 1) {
         group.assign(1, g);
         try {
-          if ((rc = decode_group(*this, media, group, result, lock)) == 0) continue;
+          if ((rc = decode_group(*this, segments, group, result, lock)) == 0) continue;
         } catch (const Error &) {
           // Reported below as this image's failure.
         }

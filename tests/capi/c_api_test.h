@@ -125,7 +125,18 @@ void test_save_async(void);
 void test_save_async_during_step(void);
 /* c_api_test_threads.c */
 void test_threads(void);
-/* c_api_test_adapter.c */
+/* c_api_test_adapter.c: the adapter tests' helpers (files made beside the
+   model by the make_capi_adapters_* fixtures; a fixed prompt of N_PROMPT
+   tokens; its logits decoded alone under a setting). */
+#define N_PROMPT 12
+const char *beside_model(int slot, const char *suffix);
+const char *lora_path(void);
+const char *cvec_path(void);
+weft_adapter *load_adapter(weft_model *m, const char *path);
+weft_adapter_use use_of(weft_adapter *a, float scale);
+void prompt_fixed(weft_conversation *c);
+void logits_alone(weft_model *m, const weft_adapter_use *uses, size_t n, float *out, size_t cap);
+size_t adapter_count(weft_conversation *c);
 void test_adapter_load(void);
 void test_adapter_logits(void);
 void test_adapter_errors(void);

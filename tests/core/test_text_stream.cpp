@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common.hpp"
-#include "core/sampling.hpp"
+#include "core/text_stream.hpp"
 
 using weft::detail::TextStream;
 using weft_test::throws_weft;

@@ -1,5 +1,5 @@
-// Invariants 5 (save/load) and 6 (spill transparency), snapshots, parking
-// tiers, and bad state input.
+// Invariant 5 (save/load), snapshots, and bad state input. Spill:
+// test_spill.cpp.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,6 +14,7 @@
 #include "core/file_io.hpp"
 #include "state/state_codec.hpp"
 #include "reference.hpp"
+#include "state/state_fixture.hpp"
 #include "weft/executor.hpp"
 
 using weft_test::random_tokens;
@@ -21,22 +22,7 @@ using weft_test::run_until_idle;
 using weft_test::reference_logits;
 using weft_test::throws_weft;
 
-namespace {
-
-
-weft::ExecutorParams params(std::uint32_t n_ctx = 1024, std::uint32_t n_seq_max = 4) {
-  return {.n_ctx = n_ctx, .n_batch = 64, .n_seq_max = n_seq_max, .n_threads = 2};
-}
-
-void expect_logits_of(const weft::Conversation &c, const std::vector<weft::Token> &history, const std::string &what) {
-  const auto &m = weft_test::tiny();
-  ASSERT_TRUE(c.has_logits()) << what;
-  ASSERT_EQ(c.tokens(), history) << what;
-  const double err = weft_test::nmse(c.logits(), reference_logits(m, history, 64, 4096));
-  EXPECT_LT(err, weft_test::logits_tolerance(m)) << what;
-}
-
-}  // namespace
+using namespace state_test;
 
 // Invariant 5: save, load elsewhere, continue == never saved.
 TEST(State, SaveLoadEquivalence) {
@@ -175,190 +161,6 @@ TEST(State, SnapshotRestoresEveryConversation) {
   }
 }
 
-// Invariant 6: 64 conversations over 4 slots and a small cache behave like a
-// cache that holds everything, through random interleavings.
-TEST(Spill, TransparencyOverRandomInterleavings) {
-  const auto &m = weft_test::tiny();
-  struct Tier {
-    const char *name;
-    weft::SpillParams spill;
-  };
-  const auto spill_dir = weft_test::temp_dir("spill");
-  const Tier tiers[] = {
-      {"ram", {}},
-      {"ram+disk", {.ram_bytes = 256 << 10, .disk_dir = spill_dir.string()}},
-      {"recompute", {.ram_bytes = 0}},
-  };
-  for (const auto &tier : tiers) {
-    for (unsigned seed = 1; seed <= 2; ++seed) {
-      SCOPED_TRACE(std::string(tier.name) + " seed " + std::to_string(seed));
-      std::mt19937 rng(seed * 77);
-      auto small_p = params(512, 4);
-      small_p.spill = tier.spill;
-      weft::Executor small(m, small_p);
-      weft::Executor big(m, params(16384, 64));
-      std::vector<std::pair<weft::Conversation, weft::Conversation>> convs;  // (small, big)
-      for (int i = 0; i < 64; ++i) convs.emplace_back(small.create(), big.create());
-      // Act on a pair only when neither runs a generation, so both sides
-      // see the same history (their generations may end on other steps).
-      auto settle = [&](weft::Conversation &s, weft::Conversation &b) {
-        for (int i = 0; i < 1000 && (s.generation() || b.generation()); ++i) {
-          small.step();
-          big.step();
-        }
-        ASSERT_FALSE(s.generation() || b.generation());
-      };
-      for (int op = 0; op < 300; ++op) {
-        auto &[s, b] = convs[rng() % convs.size()];
-        settle(s, b);
-        switch (rng() % 8) {
-          case 0:
-          case 1:
-          case 2: {
-            if (s.n_tokens() > 120) break;
-            const auto t = random_tokens(rng, m, 1 + static_cast<int>(rng() % 12), s.n_tokens() == 0);
-            s.prompt(t);
-            b.prompt(t);
-            break;
-          }
-          case 3: {
-            if (s.n_tokens() == 0 || s.n_tokens() > 120) break;
-            s.generate({.max_tokens = 2});
-            b.generate({.max_tokens = 2});
-            break;
-          }
-          case 4: {
-            if (s.n_tokens() == 0) break;
-            const auto k = 1 + static_cast<std::uint32_t>(rng() % s.n_tokens());
-            s.rewind(k);
-            b.rewind(k);
-            break;
-          }
-          case 5: {
-            if (convs.size() >= 80) break;
-            auto sf = s.fork();
-            auto bf = b.fork();
-            convs.emplace_back(sf, bf);
-            break;
-          }
-          case 6: {  // save and load back in place
-            auto s2 = small.load(s.save());
-            auto b2 = big.load(b.save());
-            s.dispose();
-            b.dispose();
-            s = s2;
-            b = b2;
-            break;
-          }
-          default: {
-            const int k = 1 + static_cast<int>(rng() % 4);
-            for (int i = 0; i < k; ++i) {
-              small.step();
-              big.step();
-            }
-          }
-        }
-      }
-      // Generations may differ only if greedy ties differ; they are compared
-      // below through the histories, which must match.
-      for (auto &[s, b] : convs) {
-        if (!s.disposed()) settle(s, b);
-      }
-      run_until_idle(small);
-      run_until_idle(big);
-      const auto st = small.stats();
-      EXPECT_GT(st.parks, 0u) << "the scenario must actually spill";
-      int compared = 0;
-      for (auto &[s, b] : convs) {
-        if (s.disposed()) continue;
-        ASSERT_EQ(s.tokens(), b.tokens());
-        if (s.n_tokens() == 0) continue;
-        // Parked ones keep their logits; resident or not, they must match.
-        ASSERT_EQ(s.has_logits(), b.has_logits());
-        if (!s.has_logits()) continue;
-        EXPECT_LT(weft_test::nmse(s.logits(), b.logits()), weft_test::logits_tolerance(m));
-        ++compared;
-      }
-      EXPECT_GT(compared, 40);
-      RecordProperty(std::string(tier.name) + "_parks", static_cast<int>(st.parks));
-    }
-  }
-  EXPECT_TRUE(std::filesystem::is_empty(spill_dir)) << "spill files are removed with the executor";
-}
-
-TEST(Spill, TiersAreUsedInOrderAndCounted) {
-  const auto &m = weft_test::tiny();
-  std::mt19937 rng(21);
-  const auto dir = weft_test::temp_dir("tiers");
-  auto p = params(1024, 2);
-  p.spill = {.ram_bytes = 1, .disk_dir = dir.string()};  // RAM too small: disk
-  weft::Executor ex(m, p);
-  std::vector<weft::Conversation> convs;
-  std::vector<std::vector<weft::Token>> hist;
-  for (int i = 0; i < 5; ++i) {
-    convs.push_back(ex.create());
-    hist.push_back(random_tokens(rng, m, 40, true));
-    convs.back().prompt(hist.back());
-    run_until_idle(ex);
-  }
-  auto st = ex.stats();
-  EXPECT_EQ(st.resident + st.parked_disk, 5u);
-  EXPECT_EQ(st.parked_disk, 3u);
-  EXPECT_GT(st.disk_bytes, 0u);
-  EXPECT_EQ(st.ram_bytes, 0u);
-  EXPECT_EQ(convs[0].residency(), weft::Residency::disk);
-  // Prompting a parked one restores it; its logits match a fresh decode.
-  const auto x = random_tokens(rng, m, 5);
-  convs[0].prompt(x);
-  run_until_idle(ex);
-  EXPECT_EQ(convs[0].residency(), weft::Residency::resident);
-  hist[0].insert(hist[0].end(), x.begin(), x.end());
-  expect_logits_of(convs[0], hist[0], "restored from disk");
-  EXPECT_GT(ex.stats().restores, 0u);
-  // Explicit hints.
-  EXPECT_TRUE(convs[0].park());
-  EXPECT_NE(convs[0].residency(), weft::Residency::resident);
-  convs[0].prefetch();
-  ex.step();
-  EXPECT_EQ(convs[0].residency(), weft::Residency::resident);
-}
-
-TEST(Spill, UnwritableDiskDegradesToRecompute) {
-  const auto &m = weft_test::tiny();
-  std::mt19937 rng(22);
-  std::vector<std::string> warnings;
-  std::mutex mu;
-  weft::set_log_sink([&](weft::LogLevel, std::string_view l) {
-    std::lock_guard lock(mu);
-    warnings.emplace_back(l);
-  });
-  auto p = params(1024, 1);
-  p.spill = {.ram_bytes = 0, .disk_dir = "/proc/weft-cannot-write-here"};
-  weft::Executor ex(m, p);
-  auto a = ex.create();
-  auto b = ex.create();
-  const auto ha = random_tokens(rng, m, 30, true), hb = random_tokens(rng, m, 30, true);
-  a.prompt(ha);
-  run_until_idle(ex);
-  b.prompt(hb);  // needs the only slot: a is parked, but disk fails
-  run_until_idle(ex);
-  weft::set_log_sink(nullptr);
-  EXPECT_EQ(a.residency(), weft::Residency::recompute);
-  EXPECT_EQ(ex.stats().parked_recompute, 1u);
-  EXPECT_TRUE(a.has_logits());  // tokens and logits stay while parked
-  {
-    std::lock_guard lock(mu);
-    EXPECT_TRUE(std::any_of(warnings.begin(), warnings.end(),
-                            [](auto &w) { return w.find("spill to disk failed") != std::string::npos; }));
-  }
-  a.prompt(random_tokens(rng, m, 3));  // back it comes, by re-decoding
-  run_until_idle(ex);
-  EXPECT_GE(ex.stats().recomputes, 1u);
-  auto full = ha;
-  const auto t = a.tokens();
-  expect_logits_of(a, t, "recomputed");
-  EXPECT_TRUE(std::equal(ha.begin(), ha.end(), t.begin()));
-}
 
 TEST(State, BadStateIsRefusedAndTheExecutorUnchanged) {
   const auto &m = weft_test::tiny();
@@ -486,32 +288,4 @@ TEST(State, KilledSaveLeavesThePreviousFileLoadable) {
     EXPECT_EQ(loaded.tokens(), c.tokens());
     loaded.dispose();
   }
-}
-
-TEST(SpillStore, ReleasedRamBuffersAreReusedByTheNextPark) {
-  using weft::detail::SpillStore;
-  using weft::detail::Tier;
-  SpillStore store({.ram_bytes = std::uint64_t{64} << 20});
-  auto b = store.buffer(1000);
-  ASSERT_EQ(b.size(), 1000u);
-  EXPECT_GE(b.capacity(), 2000u);  // room for the conversation to grow
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(i * 7);
-  const std::uint8_t *data = b.data();
-  auto blob = store.put(std::move(b), 1);
-  ASSERT_NE(blob, nullptr);
-  ASSERT_EQ(blob->tier(), Tier::ram);
-  EXPECT_EQ(blob->ram().data(), data);  // no copy into the store
-  EXPECT_EQ(blob->ram().size(), 1000u);
-  EXPECT_EQ(blob->ram()[999], static_cast<std::uint8_t>(999 * 7));
-  EXPECT_EQ(store.counters().ram_bytes.load(), 1000u);
-  blob.reset();
-  EXPECT_EQ(store.counters().ram_bytes.load(), 0u);
-  auto again = store.buffer(1500);  // a longer blob fits the released buffer's capacity
-  EXPECT_EQ(again.data(), data);
-  EXPECT_EQ(again.size(), 1500u);
-  auto fresh = store.buffer(1000);  // the pool is empty now
-  EXPECT_NE(fresh.data(), data);
-  store.recycle(std::move(again));
-  store.recycle(std::move(fresh));
-  EXPECT_EQ(store.buffer(5000).size(), 5000u);  // too big for either: new
 }
