@@ -176,6 +176,19 @@ Token Sampler::sample(std::span<const float> logits, bool ban_eog) {
 
 namespace {
 
+#if defined(__GNUC__) || defined(__clang__)
+using V = float __attribute__((vector_size(16)));
+using M = std::int32_t __attribute__((vector_size(16)));
+
+// p[0, 16) as four vectors (unaligned loads).
+inline void load16(const float *p, V &a, V &b, V &c, V &d) {
+  std::memcpy(&a, p, sizeof(V));
+  std::memcpy(&b, p + 4, sizeof(V));
+  std::memcpy(&c, p + 8, sizeof(V));
+  std::memcpy(&d, p + 12, sizeof(V));
+}
+#endif
+
 // The maximum of p[0, n) and whether any entry is NaN. `l > m ? l : m` never
 // picks a NaN and is exactly one SIMD max instruction, so with GCC/Clang
 // vector types the loop runs 16 floats per iteration in 4 independent lanes
@@ -184,17 +197,12 @@ float max_of(const float *p, std::size_t n, bool &nan) {
   float max_logit = -INFINITY;
   std::size_t i = 0;
 #if defined(__GNUC__) || defined(__clang__)
-  using V = float __attribute__((vector_size(16)));
-  using M = std::int32_t __attribute__((vector_size(16)));
   const V lo = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
   V m0 = lo, m1 = lo, m2 = lo, m3 = lo;
   M bad = {0, 0, 0, 0};
   for (; i + 16 <= n; i += 16) {
     V a, b, c, d;
-    std::memcpy(&a, p + i, sizeof(V));
-    std::memcpy(&b, p + i + 4, sizeof(V));
-    std::memcpy(&c, p + i + 8, sizeof(V));
-    std::memcpy(&d, p + i + 12, sizeof(V));
+    load16(p + i, a, b, c, d);
     bad |= (a != a) | (b != b) | (c != c) | (d != d);
     m0 = a > m0 ? a : m0;
     m1 = b > m1 ? b : m1;
@@ -221,15 +229,10 @@ float max_of(const float *p, std::size_t n, bool &nan) {
 std::size_t find_first(const float *p, std::size_t n, float m) {
   std::size_t i = 0;
 #if defined(__GNUC__) || defined(__clang__)
-  using V = float __attribute__((vector_size(16)));
-  using M = std::int32_t __attribute__((vector_size(16)));
   const V mv = {m, m, m, m};
   for (; i + 16 <= n; i += 16) {
     V a, b, c, d;
-    std::memcpy(&a, p + i, sizeof(V));
-    std::memcpy(&b, p + i + 4, sizeof(V));
-    std::memcpy(&c, p + i + 8, sizeof(V));
-    std::memcpy(&d, p + i + 12, sizeof(V));
+    load16(p + i, a, b, c, d);
     const M hit = (a == mv) | (b == mv) | (c == mv) | (d == mv);
     std::uint64_t h[2];
     std::memcpy(h, &hit, sizeof(h));
