@@ -11,6 +11,7 @@
 // history[0, kv.n())", which every step relies on.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -67,6 +68,28 @@ struct MediaSpan {
   std::uint32_t end() const { return begin + chunk->n_tokens; }
 };
 
+// Where a conversation stands in the scheduler's turns and the eviction
+// policy's order (schedule.cpp, media.cpp). Steps count StepStats::steps.
+struct ConvTurns {
+  std::uint64_t last_served = 0;     // step it last got tokens decoded
+  std::uint64_t ready_since = 0;     // step its queue last went from empty to not
+  std::uint64_t waiting_since = 0;   // step it started waiting for residency (0 = not)
+  std::uint64_t resident_since = 0;  // step it last became resident
+  std::uint64_t pinned_step = 0;     // made resident in this step: not a victim
+  bool prefetch = false;             // Conversation::prefetch(): made resident with nothing queued
+  bool pinned = false;  // a pinned prefix (Executor::pin_prefix): no user handle, never a victim
+  // Its place in the turns: since it was served or got new input.
+  std::uint64_t since() const { return std::max(last_served, ready_since); }
+};
+
+// A conversation's sampler while a step's sampling phase uses it outside the
+// lock (update.cpp): forks taken meanwhile get their copy of it after.
+struct SamplerShare {
+  bool sampling = false;
+  std::vector<std::uint64_t> clone_to;  // the forks waiting for a copy
+  bool pending = false;                 // this one is such a fork
+};
+
 struct Conv {
   std::uint64_t id = 0;
   std::vector<MediaSpan> media;  // its images, by position (empty for text-only ones)
@@ -83,10 +106,6 @@ struct Conv {
   AdapterSpans spans;         // ...and the one each history position was decoded under
   // The setting its next queued token decodes under.
   const AdapterConfigPtr &next_adapters() const { return spans.at(n_decoded(), adapters); }
-  std::uint64_t last_served = 0;  // step it last got tokens decoded
-  std::uint64_t ready_since = 0;  // step its queue last went from empty to not
-  // Its place in the scheduler's turns: since it was served or got new input.
-  std::uint64_t turn_since() const { return std::max(last_served, ready_since); }
   std::optional<Error> error;
   std::weak_ptr<struct ConvHandle> handle;  // the user's handles, if any left
 
@@ -97,17 +116,8 @@ struct Conv {
   // Bumped whenever its history or queued input changes other than by
   // appending: a decode planned before then is not committed to it.
   std::uint64_t epoch = 0;
-  // Its sampler is in use by a step's sampling phase (outside the lock);
-  // forks taken meanwhile get their copy of it after (`clone_to`).
-  bool sampling = false;
-  std::vector<std::uint64_t> clone_to;
-  bool sampler_pending = false;  // a fork waiting for that copy
-
-  bool prefetch = false;
-  bool pinned = false;  // a pinned prefix (Executor::pin_prefix): no user handle, never a victim
-  std::uint64_t pinned_step = 0;     // made resident in this step: not a victim
-  std::uint64_t resident_since = 0;  // step it last became resident
-  std::uint64_t waiting_since = 0;   // step it started waiting for residency (0 = not)
+  SamplerShare share;
+  ConvTurns turns;
 
   std::uint32_t n_queued() const { return queue.size(); }
   std::uint32_t n_decoded() const { return static_cast<std::uint32_t>(history.size()); }

@@ -145,7 +145,7 @@ void Conversation::prompt(std::span<const Token> tokens) {
     }
     x.admit_locked(c, tokens.size());
     if (c.resident() && !c.kv.has_slot()) x.claim_slot_locked(c, "prompt");
-    if (c.n_queued() == 0) c.ready_since = x.stats.steps;  // joins the back of the turns
+    if (c.n_queued() == 0) c.turns.ready_since = x.stats.steps;  // joins the back of the turns
     c.queue.push_back(tokens);
     c.gen_token_queued = false;
   });
@@ -177,11 +177,11 @@ Conversation Conversation::fork() {
     child->has_logits = c.has_logits;
     child->sampler_params = c.sampler_params;
     if (c.sampler) {
-      if (c.sampling && !(c.gen && c.gen->own_sampler)) {
+      if (c.share.sampling && !(c.gen && c.gen->own_sampler)) {
         // The step is sampling with it right now: the child gets its copy
         // when that is done.
-        child->sampler_pending = true;
-        c.clone_to.push_back(child->id);
+        child->share.pending = true;
+        c.share.clone_to.push_back(child->id);
       } else {
         child->sampler = std::make_shared<detail::Sampler>(c.sampler->clone());
       }
@@ -189,8 +189,8 @@ Conversation Conversation::fork() {
     child->priority = c.priority;
     child->adapters = c.adapters;
     child->spans = c.spans;
-    child->last_served = c.last_served;
-    child->ready_since = core.stats.steps;
+    child->turns.last_served = c.turns.last_served;
+    child->turns.ready_since = core.stats.steps;
     if (c.n_decoded() > 0) {
       child->intent.copy_from = c.id;  // its cache: shared with c's at the boundary
       core.convs.mark_dirty(*child);
@@ -325,7 +325,7 @@ Token Conversation::sample() {
   return detail::with_conv(handle_, [](ExecutorCore &x, Conv &c) {
     require_logits(c);
     if (c.gen) detail::fail(Errc::invalid_argument, fmt::format("conversation {} is generating", c.id));
-    if (c.sampling || c.sampler_pending) {
+    if (c.share.sampling || c.share.pending) {
       detail::fail(Errc::invalid_argument,
                    fmt::format("conversation {}: its sampler is in use by the running step (a generation just "
                                "cancelled, or a fork's copy still being made); sample after that step",
@@ -345,7 +345,7 @@ void Conversation::set_sampler(const SamplerParams &params) {
     c.sampler_params = params;
     // A step sampling with the old one keeps its own reference to it.
     c.sampler = std::make_shared<detail::Sampler>(std::move(fresh));
-    c.sampler_pending = false;
+    c.share.pending = false;
   });
 }
 

@@ -56,7 +56,7 @@ void queue_parts(detail::ExecutorCore &x, std::uint64_t id, std::vector<Part> pa
   }
   x.admit_locked(c, n_new);
   if (c.resident() && !c.kv.has_slot()) x.claim_slot_locked(c, what);
-  if (c.n_queued() == 0) c.ready_since = x.stats.steps;
+  if (c.n_queued() == 0) c.turns.ready_since = x.stats.steps;
   for (Part &p : parts) {
     if (auto *t = std::get_if<std::vector<Token>>(&p)) {
       c.queue.push_back(*t);

@@ -370,7 +370,7 @@ ExecutorStats Executor::stats() const {
   s.attn_probe_seqs = c.attention.shape.seqs;
   s.attn_probe_depth = c.attention.shape.depth;
   for (auto &[id, conv] : c.convs.all) {
-    if (conv->disposed || conv->pinned) continue;
+    if (conv->disposed || conv->turns.pinned) continue;
     s.generating += conv->gen ? 1u : 0u;
     s.queued_tokens += conv->n_queued();
     switch (conv->kv.where) {

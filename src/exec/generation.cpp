@@ -51,7 +51,7 @@ Generation Conversation::generate(const GenerateParams &params) {
                    fmt::format("conversation {} has an error to clear first: {}", c.id, c.error->what()));
     }
     core.ensure_logits_locked(c);  // may re-decode the last token for its logits
-    if (!gen->own_sampler && !c.sampler_pending) core.sampler_of(c);  // build it now, errors here not mid-step
+    if (!gen->own_sampler && !c.share.pending) core.sampler_of(c);  // build it now, errors here not mid-step
     c.gen = gen;
     core.settle_locked();
   }

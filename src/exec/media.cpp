@@ -93,7 +93,7 @@ void ExecutorCore::plan_media_locked(std::vector<MediaSegment> &out, std::uint32
   out.clear();
   std::sort(scratch.planning.media_wanting.begin(), scratch.planning.media_wanting.end(), [](const Conv *a, const Conv *b) {
     if (a->priority != b->priority) return a->priority > b->priority;
-    if (a->turn_since() != b->turn_since()) return a->turn_since() < b->turn_since();
+    if (a->turns.since() != b->turns.since()) return a->turns.since() < b->turns.since();
     return a->id < b->id;
   });
   for (Conv *c : scratch.planning.media_wanting) {
@@ -103,7 +103,7 @@ void ExecutorCore::plan_media_locked(std::vector<MediaSegment> &out, std::uint32
     // An image is decoded whole: when the budget holds it, or — so that one
     // bigger than any budget still goes — as the step's first image once it
     // has waited kAgingSteps steps.
-    const bool overdue = out.empty() && stats.steps - c->turn_since() >= kAgingSteps;
+    const bool overdue = out.empty() && stats.steps - c->turns.since() >= kAgingSteps;
     if (n > token_budget && !overdue) continue;
     // The first image of a step pays for the batch (later ones share it),
     // and for the flips of this context's attention unless the second
@@ -158,7 +158,7 @@ void commit_media(ExecutorCore &x, MediaSegment &s, std::vector<float> *logits, 
     c.has_logits = false;
   }
   c.gen_token_queued = false;
-  c.last_served = x.stats.steps;
+  c.turns.last_served = x.stats.steps;
 }
 
 // decode_group's code when the model's RPC peer failed: not llama.cpp's.

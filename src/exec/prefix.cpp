@@ -36,7 +36,7 @@ void Executor::pin_prefix(std::span<const Token> tokens) {
     auto [c, handle] = x.create_locked();
     handle->id = 0;  // no user handle: it lives until unpinned
     c->handle.reset();
-    c->pinned = true;
+    c->turns.pinned = true;
     try {
       x.admit_locked(*c, tokens.size());
       x.claim_slot_locked(*c, "pin a prefix");
@@ -46,7 +46,7 @@ void Executor::pin_prefix(std::span<const Token> tokens) {
       throw;
     }
     c->queue.push_back(tokens);
-    c->ready_since = x.stats.steps;
+    c->turns.ready_since = x.stats.steps;
     x.convs.pins.emplace(std::move(key), c->id);
     x.settle_locked();
   }

@@ -17,11 +17,11 @@ using Clock = std::chrono::steady_clock;
 
 // Parked ones with input (or a prefetch hint), and new ones that need a slot.
 bool wants_residency(const Conv &c) {
-  return !c.error && (c.n_queued() > 0 || c.prefetch) && (!c.resident() || !c.kv.has_slot());
+  return !c.error && (c.n_queued() > 0 || c.turns.prefetch) && (!c.resident() || !c.kv.has_slot());
 }
 
 // Holds cells it could give up: resident, decoded, nothing to do.
-bool is_idle(const Conv &c) { return c.kv.has_slot() && c.kv.n() > 0 && c.n_queued() == 0 && !c.gen && !c.prefetch; }
+bool is_idle(const Conv &c) { return c.kv.has_slot() && c.kv.n() > 0 && c.n_queued() == 0 && !c.gen && !c.turns.prefetch; }
 
 // Releases a held lock for the scope, taking it back on the way out.
 struct Unlocked {
@@ -81,8 +81,8 @@ bool ExecutorCore::restore_locked(Conv &c, std::unique_lock<std::mutex> *lock) {
   // logits back. (At a boundary: no decode is planned that it could stale.)
   move_to_queue(c, c.kv.n());
   c.kv.where = Residency::resident;
-  c.resident_since = stats.steps;
-  c.pinned_step = stats.steps;
+  c.turns.resident_since = stats.steps;
+  c.turns.pinned_step = stats.steps;
   return true;
 }
 
@@ -103,21 +103,21 @@ Conv *ExecutorCore::pick_victim_locked(const Conv *for_whom, bool idle_only) {
   Conv *best = nullptr;
   auto better = [](const Conv &a, const Conv &b) {
     if (a.priority != b.priority) return a.priority < b.priority;
-    return a.last_served < b.last_served;
+    return a.turns.last_served < b.turns.last_served;
   };
   for (auto &[id, cp] : convs.all) {
     Conv &c = *cp;
-    if (&c == for_whom || c.disposed || c.pinned || !is_idle(c) || c.pinned_step == stats.steps) continue;
+    if (&c == for_whom || c.disposed || c.turns.pinned || !is_idle(c) || c.turns.pinned_step == stats.steps) continue;
     if (best == nullptr || better(c, *best)) best = &c;
   }
   if (best != nullptr || idle_only) return best;
   for (auto &[id, cp] : convs.all) {
     Conv &c = *cp;
-    if (&c == for_whom || c.disposed || c.pinned || !c.kv.has_slot() || c.kv.n() == 0 || c.pinned_step == stats.steps) {
+    if (&c == for_whom || c.disposed || c.turns.pinned || !c.kv.has_slot() || c.kv.n() == 0 || c.turns.pinned_step == stats.steps) {
       continue;
     }
     if (for_whom != nullptr && c.priority > for_whom->priority) continue;
-    if (best == nullptr || c.resident_since < best->resident_since) best = &c;
+    if (best == nullptr || c.turns.resident_since < best->turns.resident_since) best = &c;
   }
   return best;
 }
@@ -129,29 +129,29 @@ bool ExecutorCore::make_resident_locked(std::uint32_t token_budget, std::unique_
   for (auto &[id, cp] : convs.all) {
     Conv &c = *cp;
     if (!c.disposed && wants_residency(c)) {
-      if (c.waiting_since == 0) c.waiting_since = stats.steps;
+      if (c.turns.waiting_since == 0) c.turns.waiting_since = stats.steps;
       wanting.push_back(&c);
     }
   }
   std::sort(wanting.begin(), wanting.end(), [](const Conv *a, const Conv *b) {
     if (a->priority != b->priority) return a->priority > b->priority;
-    return a->waiting_since < b->waiting_since;
+    return a->turns.waiting_since < b->turns.waiting_since;
   });
   bool may_age = false;
   for (Conv *w : wanting) {
     const std::uint32_t need = w->kv.where == Residency::recompute ? 0 : w->kv.parked_n;
     // A busy conversation gives up its slot only to one that has waited a
     // while, so slots are time-sliced rather than thrashed.
-    const bool may_evict_busy = stats.steps - w->waiting_since >= kAgingSteps;
+    const bool may_evict_busy = stats.steps - w->turns.waiting_since >= kAgingSteps;
     bool ok = true;
     while (ok && (kv->slots_free() == 0 || kv->cells_free() < need)) {
       Conv *v = pick_victim_locked(w, !may_evict_busy);
       ok = v != nullptr && park_locked(*v, &lock);
     }
     if (ok && restore_locked(*w, &lock)) {
-      w->waiting_since = 0;
-      w->prefetch = false;
-      w->pinned_step = stats.steps;
+      w->turns.waiting_since = 0;
+      w->turns.prefetch = false;
+      w->turns.pinned_step = stats.steps;
     } else if (!may_evict_busy) {
       may_age = true;
     }
@@ -349,7 +349,7 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
         }
       }
       scratch.planning.candidates.push_back({static_cast<std::uint32_t>(scratch.planning.convs.size()), queued, room, c.priority,
-                            c.turn_since(), c.gen_token_queued});
+                            c.turns.since(), c.gen_token_queued});
       scratch.planning.convs.push_back(&c);
       wanted += std::min(queued, room);
       if (!depth_is_cells()) {

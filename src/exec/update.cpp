@@ -43,7 +43,7 @@ void ExecutorCore::commit_part(Segment &s, const Part &part, StepResult &result)
     c.has_logits = false;
   }
   c.gen_token_queued = false;
-  c.last_served = stats.steps;
+  c.turns.last_served = stats.steps;
 }
 
 void ExecutorCore::post_error_locked(Conv &c, Error e) {
@@ -89,7 +89,7 @@ void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex>
       continue;
     }
     auto sampler = c.gen->own_sampler ? c.gen->own_sampler : sampler_of(c);
-    c.sampling = true;
+    c.share.sampling = true;
     scratch.sample_jobs.push_back({&c, c.gen, std::move(sampler), c.epoch});
   }
   if (scratch.sample_jobs.empty()) return;
@@ -119,15 +119,15 @@ void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex>
 
 void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
   Conv &c = *job.conv;
-  c.sampling = false;
+  c.share.sampling = false;
   // Forks taken while it sampled get their copy of its sampler now.
-  for (std::uint64_t child_id : c.clone_to) {
-    if (Conv *child = convs.find(child_id); child != nullptr && child->sampler_pending) {
+  for (std::uint64_t child_id : c.share.clone_to) {
+    if (Conv *child = convs.find(child_id); child != nullptr && child->share.pending) {
       child->sampler = c.sampler ? std::make_shared<Sampler>(c.sampler->clone()) : nullptr;
-      child->sampler_pending = false;
+      child->share.pending = false;
     }
   }
-  c.clone_to.clear();
+  c.share.clone_to.clear();
   // Cancelled, rewound or disposed meanwhile: the token is not theirs.
   if (c.disposed || c.gen != job.gen || c.epoch != job.epoch || c.n_queued() > 0 || closed) return;
   if (job.error) {

@@ -324,7 +324,7 @@ void Conversation::prefetch() {
     std::lock_guard lock(x.mu);
     auto &c = x.get(handle_->id);
     if (c.resident()) return;
-    c.prefetch = true;
+    c.turns.prefetch = true;
   }
   x.notify_work();
 }
@@ -353,7 +353,7 @@ std::vector<std::uint8_t> Executor::save_all() {
   return detail::at_boundary(x, [&] {
     std::vector<const Conv *> order;
     for (auto &[id, c] : x.convs.all) {
-      if (!c->disposed && !c->pinned) order.push_back(c.get());
+      if (!c->disposed && !c->turns.pinned) order.push_back(c.get());
     }
     std::sort(order.begin(), order.end(), [](auto *a, auto *b) { return a->id < b->id; });
     // Loaded in this order: a prefix an earlier one holds is stored once,
