@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "exec/executor_core.hpp"
-#include "exec/media.hpp"
+#include "exec/media/media.hpp"
 #include "core/internal.hpp"
 
 namespace weft {

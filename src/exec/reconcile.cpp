@@ -11,7 +11,7 @@
 
 #include "core/internal.hpp"
 #include "exec/executor_core.hpp"
-#include "exec/media.hpp"
+#include "exec/media/media.hpp"
 
 namespace weft::detail {
 namespace {

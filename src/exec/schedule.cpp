@@ -8,7 +8,7 @@
 
 #include "core/internal.hpp"
 #include "exec/executor_core.hpp"
-#include "exec/media.hpp"
+#include "exec/media/media.hpp"
 
 namespace weft::detail {
 namespace {

@@ -1,6 +1,6 @@
 // ScratchKv: sequence operations on a context that is not the executor's
 // cache — the side context that decodes non-causal images
-// (exec/media_side.cpp) and the attention probe's scratch context
+// (exec/media/media_side.cpp) and the attention probe's scratch context
 // (exec/attention_probe.cpp). KvManager owns the executor's cache; these
 // contexts hold copies for one step or one measurement and are emptied
 // after, so they keep no ledger. Here so that every llama_memory_* and

@@ -7,7 +7,7 @@
 #include "exec/executor_core.hpp"
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
-#include "exec/media.hpp"
+#include "exec/media/media.hpp"
 #include "state/state_adapters.hpp"
 #include "state/state_codec.hpp"
 #include "state/state_media.hpp"

@@ -177,7 +177,7 @@ TEST(StateVersion, ThroughTheExecutor) {
 // width: without images its bytes are version 5's. Version 3 (before images)
 // had no image fields, version 2 (before adapters) no adapter fields either,
 // version 1 (before prefix reuse) no kv_exact / kv_from either: all still
-// read. (tests/exec/test_images_mrope.cpp loads a version 4 image.)
+// read. (tests/exec/media/test_images_mrope.cpp loads a version 4 image.)
 TEST(StateVersion, VersionsOneToFourStillLoad) {
   weft::Executor ex(weft_test::tiny(), params());
   auto c = ex.create();

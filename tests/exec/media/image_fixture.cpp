@@ -1,4 +1,4 @@
-#include "exec/image_fixture.hpp"
+#include "exec/media/image_fixture.hpp"
 
 #include <llama.h>
 

@@ -15,7 +15,7 @@
 #include <limits>
 #include <random>
 
-#include "exec/image_fixture.hpp"
+#include "exec/media/image_fixture.hpp"
 #include "reference.hpp"
 
 #ifdef WEFT_HAVE_MTMD

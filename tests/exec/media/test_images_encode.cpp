@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "exec/image_fixture.hpp"
+#include "exec/media/image_fixture.hpp"
 #include "exec/test_access.hpp"
 #include "reference.hpp"
 

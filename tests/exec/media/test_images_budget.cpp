@@ -9,7 +9,7 @@
 #include <random>
 #include <thread>
 
-#include "exec/image_fixture.hpp"
+#include "exec/media/image_fixture.hpp"
 #include "exec/test_access.hpp"
 #include "reference.hpp"
 

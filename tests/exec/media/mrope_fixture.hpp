@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/image_fixture.hpp"
+#include "exec/media/image_fixture.hpp"
 #include "reference.hpp"
 
 #ifdef WEFT_HAVE_MTMD

@@ -11,8 +11,8 @@
 #include <random>
 #include <thread>
 
-#include "exec/image_fixture.hpp"
-#include "exec/mrope_fixture.hpp"
+#include "exec/media/image_fixture.hpp"
+#include "exec/media/mrope_fixture.hpp"
 #include "exec/test_access.hpp"
 #include "reference.hpp"
 #include "state/state_codec.hpp"

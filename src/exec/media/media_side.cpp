@@ -12,7 +12,7 @@
 
 #include "core/projector_impl.hpp"
 #include "exec/executor_core.hpp"
-#include "exec/media.hpp"
+#include "exec/media/media.hpp"
 #include "kv/scratch_kv.hpp"
 
 namespace weft::detail {

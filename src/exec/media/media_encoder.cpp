@@ -1,5 +1,5 @@
 // MediaEncoder: one thread, a queue of images, the projector's encoder.
-#include "exec/media_encoder.hpp"
+#include "exec/media/media_encoder.hpp"
 
 #include <fmt/format.h>
 

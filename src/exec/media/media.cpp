@@ -15,7 +15,7 @@
 #include "core/internal.hpp"
 #include "core/model_impl.hpp"
 #include "exec/executor_core.hpp"
-#include "exec/media.hpp"
+#include "exec/media/media.hpp"
 
 namespace weft::detail {
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "exec/image_fixture.hpp"
+#include "exec/media/image_fixture.hpp"
 #include "exec/test_access.hpp"
 #include "reference.hpp"
 #include "weft/make_mmproj.hpp"
