@@ -173,7 +173,7 @@ Conversation Conversation::fork() {
     child->history = c.history;
     child->media = c.media;  // the same images: their embeddings are shared
     child->queue.assign(c.queue.view());
-    child->logits = c.logits;
+    if (c.has_logits) child->logits = c.logits;  // else they are stale (a generation samples from llama.cpp's)
     child->has_logits = c.has_logits;
     child->sampler_params = c.sampler_params;
     if (c.sampler) {

@@ -63,6 +63,8 @@ struct SampleJob {
   Token token = 0;
   double seconds = 0;  // the sample took
   std::optional<Error> error;
+  bool sampled = false;  // early jobs (run.cpp): its decode succeeded and it was sampled
+  bool done = false;     // early jobs: handed to finish_sample_locked, or released
 };
 
 // The schedule stage's working buffers (schedule.cpp, groups.cpp,
@@ -87,6 +89,10 @@ struct RunBuffers {
   // their conversations under it (a game call never waits for the copy).
   // Swapping hands the old buffers back here: no allocation in steady state.
   std::vector<std::vector<float>> staging;
+  // Generating conversations' samples, taken in the run stage straight from
+  // llama.cpp's logits before the next decode overwrites them (no copy), and
+  // finished as their part commits (update.cpp).
+  std::vector<SampleJob> early;
   // An embeddings batch's rows (media.cpp).
   struct MediaBatch {
     std::vector<float> embd;
@@ -298,6 +304,18 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // runs with the lock released.
   void sample_phase(StepResult &result, std::unique_lock<std::mutex> &lock);
   void finish_sample_locked(SampleJob &job, StepResult &result);
+  // The run stage's samples (run.cpp, update.cpp). claim: c's part ends its
+  // queue; when c is generating, reserves its sampler and returns the job's
+  // index in RunBuffers::early (else -1). sample: with the lock released,
+  // right after the decode. finish: as the part commits. release: the jobs
+  // whose part never committed, at the end of the run stage.
+  std::int32_t claim_early_sample_locked(Conv &c, std::uint32_t n);
+  void sample_early(SampleJob &job, const float *logits);
+  void finish_early_locked(SampleJob &job, StepResult &result);
+  void release_early_locked();
+  // Ends a sampling job's hold on its conversation's sampler: forks taken
+  // meanwhile get their copy now.
+  void release_sampler_locked(Conv &c);
   // Ends c's running generation (if any); returns the text it still held back.
   // With publish = false, done() turns true only when deliver_callbacks() has
   // run the generation's last callback.

@@ -44,6 +44,16 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
   // micro-batch completes all the same, or an image that overran would
   // leave every generating conversation without a token that step.
   const std::uint32_t media_decoded = result.tokens_decoded;
+  // However the stage ends, no sampler stays reserved for a part that never
+  // committed.
+  struct ReleaseEarly {
+    ExecutorCore &x;
+    std::unique_lock<std::mutex> &lock;
+    ~ReleaseEarly() {
+      if (!lock.owns_lock()) lock.lock();
+      x.release_early_locked();
+    }
+  } release_early{*this, lock};
   std::size_t cursor = 0;  // next segment to slice from
   scratch.run.parts.clear();
   auto &stack = scratch.run.ranges;  // [begin, end) ranges of `parts` still to decode
@@ -85,19 +95,32 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
       Segment &s = segments[scratch.run.parts[i].seg];
       if (!s.failed && stale(s)) s.failed = true;
       if (s.failed) continue;
-      const Conv &c = *s.conv;
-      const std::uint32_t n = scratch.run.parts[i].n;
+      Conv &c = *s.conv;
+      Part &part = scratch.run.parts[i];
+      const std::uint32_t n = part.n;
       const std::uint32_t pos = s.start + s.done;
       const llama_pos at = c.kv.pos(pos);  // past an M-RoPE image, positions and indices part
-      scratch.run.parts[i].output = n == c.n_queued();
-      if (scratch.run.parts[i].output) scratch.run.parts[i].staged = outputs++;
+      part.output = n == c.n_queued();
+      // (A retry after a failed decode keeps the job the first try claimed.)
+      if (part.output && part.job < 0) part.job = claim_early_sample_locked(c, n);
+      if (part.output && part.job < 0) {
+        part.staged = outputs++;
+        auto &staging = scratch.run.staging;
+        if (staging.size() < outputs) staging.resize(outputs);
+        // A conversation whose generation sampled in place kept its buffer
+        // (stale): it goes round again, so the first copy after a generation
+        // does not allocate 128 KB per conversation in the middle of a step.
+        if (!c.has_logits && c.logits.capacity() > staging[part.staged].capacity()) {
+          c.logits.swap(staging[part.staged]);
+        }
+      }
       for (std::uint32_t k = 0; k < n; ++k) {
         const int row = b.n_tokens++;
         b.token[row] = c.queue[k];
         b.pos[row] = at + static_cast<llama_pos>(k);
         b.n_seq_id[row] = 1;
         b.seq_id[row][0] = c.kv.seq;
-        b.logits[row] = scratch.run.parts[i].output && k + 1 == n;
+        b.logits[row] = part.output && k + 1 == n;
       }
       depth += n * (pos + (n - 1) / 2.0);
       ++live;
@@ -148,16 +171,23 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     const int rc = decoder->decode(ctx, b);
     const double took = std::chrono::duration<double>(Clock::now() - d0).count();
     if (rc == 0) {
-      // Copied before the lock is taken again. `parts` and `staging` are
-      // this thread's own.
-      if (scratch.run.staging.size() < outputs) scratch.run.staging.resize(outputs);
+      // Before the lock is taken again, and before the next decode
+      // overwrites them: a generating conversation's token is sampled from
+      // llama.cpp's logits in place; other outputs are copied. `parts`,
+      // `staging` and `early` are this thread's own, and an early job's
+      // sampler is reserved for it (SamplerShare).
       int row = 0;
       for (std::size_t i = lo; i < hi; ++i) {
-        if (segments[scratch.run.parts[i].seg].failed) continue;
-        row += static_cast<int>(scratch.run.parts[i].n);
-        if (!scratch.run.parts[i].output) continue;
+        const Part &part = scratch.run.parts[i];
+        if (segments[part.seg].failed) continue;
+        row += static_cast<int>(part.n);
+        if (!part.output) continue;
         const float *lg = llama_get_logits_ith(ctx, row - 1);
-        scratch.run.staging[scratch.run.parts[i].staged].assign(lg, lg + n_vocab);
+        if (part.job >= 0) {
+          sample_early(scratch.run.early[static_cast<std::size_t>(part.job)], lg);
+        } else {
+          scratch.run.staging[part.staged].assign(lg, lg + n_vocab);
+        }
       }
     }
     lock.lock();

@@ -34,6 +34,9 @@ struct Part {
   std::uint32_t n;
   bool output;           // its last token's logits are read (it ends the queue)
   std::uint32_t staged;  // when output: its logits' buffer in RunBuffers::staging
+  // When output and its conversation is generating: its token is sampled
+  // straight from llama.cpp's logits (RunBuffers::early[job]), not staged.
+  std::int32_t job = -1;
 };
 
 // Media decoded in this step, from its embeddings (media.cpp): a whole

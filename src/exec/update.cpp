@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <span>
 
 #include "core/internal.hpp"
 #include "exec/executor_core.hpp"
@@ -36,14 +37,52 @@ void ExecutorCore::commit_part(Segment &s, const Part &part, StepResult &result)
   c.spans.record(c.n_decoded(), n, s.adapters);
   c.history.insert(c.history.end(), input.begin(), input.end());
   c.queue.pop_front(n);
-  if (part.output) {
-    c.logits.swap(scratch.run.staging[part.staged]);  // copied with the lock released (run.cpp)
-    c.has_logits = true;
-  } else {
-    c.has_logits = false;
-  }
+  c.has_logits = part.output && part.job < 0;
+  if (c.has_logits) c.logits.swap(scratch.run.staging[part.staged]);  // copied with the lock released (run.cpp)
   c.gen_token_queued = false;
   c.turns.last_served = stats.steps;
+  // Sampled from llama.cpp's logits as they came out: its token joins now,
+  // with the commit, so no one sees it decoded without logits or a token.
+  if (part.output && part.job >= 0) finish_early_locked(scratch.run.early[static_cast<std::size_t>(part.job)], result);
+}
+
+std::int32_t ExecutorCore::claim_early_sample_locked(Conv &c, std::uint32_t n) {
+  // As sample_phase would choose it once this part commits (its queue then
+  // empty); one whose context fills is left to sample_phase to finish.
+  if (!c.gen || c.error || c.share.sampling || c.share.pending || c.n_decoded() + n >= n_ctx) return -1;
+  auto sampler = c.gen->own_sampler ? c.gen->own_sampler : sampler_of(c);
+  c.share.sampling = true;
+  scratch.run.early.push_back({&c, c.gen, std::move(sampler), c.epoch});
+  return static_cast<std::int32_t>(scratch.run.early.size() - 1);
+}
+
+void ExecutorCore::sample_early(SampleJob &job, const float *logits) {
+  try {
+    const auto s0 = std::chrono::steady_clock::now();
+    decoder->before_sample();
+    job.token = job.sampler->sample(std::span(logits, static_cast<std::size_t>(n_vocab)), job.gen->params.ignore_eos);
+    job.sampler->accept(job.token);
+    job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+  } catch (const Error &e) {
+    job.error = e;
+  }
+  job.sampled = true;
+}
+
+void ExecutorCore::finish_early_locked(SampleJob &job, StepResult &result) {
+  job.done = true;
+  if (!job.error) cost.observe_sample(job.seconds);
+  finish_sample_locked(job, result);
+  // Its token was not taken (the generation ended or failed meanwhile): the
+  // logits it held come back by decoding its last token again.
+  if (!job.conv->disposed) ensure_logits_locked(*job.conv);
+}
+
+void ExecutorCore::release_early_locked() {
+  for (auto &job : scratch.run.early) {
+    if (!job.done) release_sampler_locked(*job.conv);  // its part never committed: nothing was taken
+  }
+  scratch.run.early.clear();
 }
 
 void ExecutorCore::post_error_locked(Conv &c, Error e) {
@@ -117,8 +156,7 @@ void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex>
   scratch.sample_jobs.clear();
 }
 
-void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
-  Conv &c = *job.conv;
+void ExecutorCore::release_sampler_locked(Conv &c) {
   c.share.sampling = false;
   // Forks taken while it sampled get their copy of its sampler now.
   for (std::uint64_t child_id : c.share.clone_to) {
@@ -128,6 +166,11 @@ void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
     }
   }
   c.share.clone_to.clear();
+}
+
+void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
+  Conv &c = *job.conv;
+  release_sampler_locked(c);
   // Cancelled, rewound or disposed meanwhile: the token is not theirs.
   if (c.disposed || c.gen != job.gen || c.epoch != job.epoch || c.n_queued() > 0 || closed) return;
   if (job.error) {

@@ -24,7 +24,8 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
   r.history = c.history;
   const auto queued = c.queue.view();
   r.queue.assign(queued.begin(), queued.end());
-  if (c.has_logits) r.logits = c.logits;
+  // Only with nothing queued (has_logits()): queued input's decode replaces them.
+  if (c.has_logits && c.n_queued() == 0) r.logits = c.logits;
   r.sampler_params = c.sampler_params;
   if (c.sampler) r.sampler_state = c.sampler->state();
   r.priority = c.priority;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <optional>
 #include <regex>
 #include <thread>
 
@@ -314,5 +315,56 @@ TEST(Generation, DoneOnlyAfterTheLastCallback) {
     ASSERT_TRUE(g.wait_for(std::chrono::seconds(60)));
     EXPECT_EQ(calls.load(), g.n_tokens());
     ex.stop();
+  }
+}
+
+// A generating conversation samples from llama.cpp's output in place and holds
+// no logits of its own; every way out of a generation mid-way (rewind, cancel,
+// fork, save and load) must still leave logits equal to a fresh decode of the
+// history, and a greedy continuation equal to an independent one.
+TEST(Generation, EditsMidGenerationLeaveLogitsOfAFreshDecode) {
+  const auto &m = weft_test::tiny();
+  const double tol = weft_test::logits_tolerance(m);
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    std::mt19937 rng(seed);
+    weft::Executor ex(m, params());
+    std::vector<weft::Conversation> convs;
+    std::vector<weft::Generation> gens;
+    for (int i = 0; i < 3; ++i) {
+      convs.push_back(ex.create());
+      convs.back().prompt(random_tokens(rng, m, 4 + static_cast<int>(rng() % 12), true));
+      gens.push_back(convs.back().generate(
+          {.max_tokens = 40, .sampler = weft::SamplerParams{.temperature = 0.8f, .seed = seed}, .ignore_eos = true}));
+    }
+    const int steps = 2 + static_cast<int>(rng() % 5);
+    for (int i = 0; i < steps; ++i) ex.step();
+    const int action = static_cast<int>(seed % 5);
+    auto &c = convs[rng() % convs.size()];
+    std::optional<weft::Conversation> other;
+    if (action == 0) {
+      c.rewind(1);  // only the queued sampled token: the last decoded one is left without logits
+    } else if (action == 1) {
+      c.rewind(static_cast<std::uint32_t>(2 + rng() % 3));
+    } else if (action == 2) {
+      c.generation()->cancel();
+    } else if (action == 3) {
+      other = c.fork();
+    } else {
+      other = ex.load(c.save());
+    }
+    run_until_idle(ex);
+    for (auto *conv : {&c, other ? &*other : nullptr}) {
+      if (!conv) continue;
+      const auto history = conv->tokens();
+      ASSERT_TRUE(conv->has_logits()) << "seed " << seed << " action " << action;
+      EXPECT_LT(weft_test::nmse(conv->logits(), reference_logits(m, history)), tol)
+          << "seed " << seed << " action " << action;
+      auto g = conv->generate({.max_tokens = 6, .sampler = weft::SamplerParams{}, .ignore_eos = true});
+      run_until_idle(ex);
+      const auto ref = reference_greedy(m, history, 6, true);
+      const auto got = g.result().tokens;
+      ASSERT_EQ(got.size(), 6u) << "seed " << seed;
+      EXPECT_TRUE(std::equal(ref.begin(), ref.end(), got.begin())) << "seed " << seed << " action " << action;
+    }
   }
 }
