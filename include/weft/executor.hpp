@@ -459,7 +459,7 @@ class WEFT_API Executor {
   const ExecutorParams &params() const;
 
  private:
-  friend struct detail::TestAccess;  // weft's own tests (src/exec/test_access.hpp)
+  friend struct detail::TestAccess;  // weft's own tests (tests/exec/test_access.hpp)
   std::shared_ptr<detail::ExecutorCore> core_;
 };
 

@@ -305,7 +305,7 @@ AttentionChoice choose_attention(const Model &model, const ExecutorParams &p, in
   }
   c.flash_ms = t.first;
   c.plain_ms = t.second;
-  const bool flash = t.first <= t.second;
+  const bool flash = flash_attention_chosen(t.first, t.second);
   c.type = flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
   c.reported = flash ? FlashAttention::enabled : FlashAttention::disabled;
   return c;

@@ -30,6 +30,16 @@ struct AttentionChoice {
   double flash_ms = 0, plain_ms = 0;
 };
 
+// Plain attention is taken only when the probe finds it faster by more than
+// this. Closer than that, repeated probes of one shape disagree (from 6%
+// one way to 5% the other: 1 conversation of small on an AMD EPYC, 2
+// threads), while llama-batched-bench at that shape has flash attention 16%
+// ahead on prompts; a CPU where plain attention wins does so by several times.
+inline constexpr double kPlainAttentionMargin = 1.10;
+inline bool flash_attention_chosen(double flash_ms, double plain_ms) {
+  return flash_ms <= plain_ms * kPlainAttentionMargin;
+}
+
 // The probe's shape for an executor: its n_seq_max conversations, as deep
 // as an equal share of the cache allows (capped so the probe stays short).
 ProbeShape probe_shape(const ExecutorParams &p);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "common.hpp"
 #include "exec/attention_probe.hpp"
@@ -58,9 +59,10 @@ std::vector<std::string> cache_lines(const std::filesystem::path &dir) {
 void expect_probe_consistent(const weft::ExecutorStats &s, std::uint32_t seqs) {
   EXPECT_GT(s.flash_attn_probe_ms, 0);
   EXPECT_GT(s.plain_attn_probe_ms, 0);
-  // The faster kernel (ties go to flash attention).
-  EXPECT_EQ(s.flash_attn, s.flash_attn_probe_ms <= s.plain_attn_probe_ms ? weft::FlashAttention::enabled
-                                                                         : weft::FlashAttention::disabled);
+  // The faster kernel; flash attention unless plain attention is clearly faster.
+  EXPECT_EQ(s.flash_attn, weft::detail::flash_attention_chosen(s.flash_attn_probe_ms, s.plain_attn_probe_ms)
+                              ? weft::FlashAttention::enabled
+                              : weft::FlashAttention::disabled);
   EXPECT_EQ(s.attn_probe_seqs, seqs);
   EXPECT_GT(s.attn_probe_depth, 0u);
 }
@@ -136,6 +138,37 @@ TEST(AttentionProbe, CorruptOrUnwritableCacheIsMeasuredNotFatal) {
   weft::Executor c(m, probed(dir / "attention-probe.txt" / "sub", 2));
   EXPECT_EQ(c.stats().flash_attn_source, weft::AttentionSource::measured);
   expect_probe_consistent(c.stats(), 2);
+  std::filesystem::remove_all(dir);
+}
+
+// The decision from the timings, with the file's line for this shape
+// rewritten: plain attention only when it is faster by more than the margin.
+TEST(AttentionProbe, PlainAttentionOnlyWhenClearlyFaster) {
+  const NoEnvOverride no_env;
+  const auto &m = weft_test::tiny();
+  const auto dir = weft_test::temp_dir("attn-probe-margin");
+  const AnySpread any;
+  weft::detail::forget_attention_probes();
+  { weft::Executor a(m, probed(dir)); }
+  const auto lines = cache_lines(dir);
+  ASSERT_EQ(lines.size(), 1u);
+  const std::string key = lines[0].substr(0, lines[0].find(' '));
+  const double margin = weft::detail::kPlainAttentionMargin;
+  for (const auto &[flash, plain, want] : std::vector<std::tuple<double, double, weft::FlashAttention>>{
+           {50.0, 100.0, weft::FlashAttention::enabled},
+           {100.0, 100.0, weft::FlashAttention::enabled},
+           {100.0 * margin - 1.0, 100.0, weft::FlashAttention::enabled},
+           {100.0 * margin + 1.0, 100.0, weft::FlashAttention::disabled},
+           {300.0, 100.0, weft::FlashAttention::disabled}}) {
+    {
+      std::ofstream out(dir / "attention-probe.txt", std::ios::trunc);
+      out << key << ' ' << flash << ' ' << plain << '\n';
+    }
+    weft::detail::forget_attention_probes();
+    weft::Executor e(m, probed(dir));
+    EXPECT_EQ(e.stats().flash_attn_source, weft::AttentionSource::remembered);
+    EXPECT_EQ(e.stats().flash_attn, want) << flash << " ms with flash attention, " << plain << " without";
+  }
   std::filesystem::remove_all(dir);
 }
 
