@@ -8,9 +8,9 @@
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "exec/media/media.hpp"
-#include "state/state_adapters.hpp"
+#include "exec/adapter_record.hpp"
 #include "state/state_codec.hpp"
-#include "state/state_media.hpp"
+#include "exec/media/media_record.hpp"
 
 namespace weft {
 namespace detail {

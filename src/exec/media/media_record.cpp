@@ -1,4 +1,4 @@
-#include "state/state_media.hpp"
+#include "exec/media/media_record.hpp"
 
 #include <fmt/format.h>
 

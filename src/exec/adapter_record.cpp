@@ -1,4 +1,4 @@
-#include "state/state_adapters.hpp"
+#include "exec/adapter_record.hpp"
 
 #include <fmt/format.h>
 
