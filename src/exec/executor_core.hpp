@@ -63,8 +63,7 @@ struct SampleJob {
   Token token = 0;
   double seconds = 0;  // the sample took
   std::optional<Error> error;
-  bool sampled = false;  // early jobs (run.cpp): its decode succeeded and it was sampled
-  bool done = false;     // early jobs: handed to finish_sample_locked, or released
+  bool done = false;  // run-stage jobs: handed to finish_sample_locked, or released
 };
 
 // The schedule stage's working buffers (schedule.cpp, groups.cpp,
@@ -304,13 +303,15 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // runs with the lock released.
   void sample_phase(StepResult &result, std::unique_lock<std::mutex> &lock);
   void finish_sample_locked(SampleJob &job, StepResult &result);
+  // One sample from `logits` (n_vocab floats), with the lock released; the
+  // job's sampler is reserved for it (SamplerShare::sampling).
+  void sample_job(SampleJob &job, const float *logits);
   // The run stage's samples (run.cpp, update.cpp). claim: c's part ends its
   // queue; when c is generating, reserves its sampler and returns the job's
-  // index in RunBuffers::early (else -1). sample: with the lock released,
-  // right after the decode. finish: as the part commits. release: the jobs
-  // whose part never committed, at the end of the run stage.
+  // index in RunBuffers::early (else -1); it is sampled right after the
+  // decode, from llama.cpp's logits. finish: as the part commits. release:
+  // the jobs whose part never committed, at the end of the run stage.
   std::int32_t claim_early_sample_locked(Conv &c, std::uint32_t n);
-  void sample_early(SampleJob &job, const float *logits);
   void finish_early_locked(SampleJob &job, StepResult &result);
   void release_early_locked();
   // Ends a sampling job's hold on its conversation's sampler: forks taken

@@ -184,7 +184,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
         if (!part.output) continue;
         const float *lg = llama_get_logits_ith(ctx, row - 1);
         if (part.job >= 0) {
-          sample_early(scratch.run.early[static_cast<std::size_t>(part.job)], lg);
+          sample_job(scratch.run.early[static_cast<std::size_t>(part.job)], lg);
         } else {
           scratch.run.staging[part.staged].assign(lg, lg + n_vocab);
         }

@@ -93,7 +93,11 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     }
     if (result.deadline_hit) ++stats.deadline_stops;
     stats.tokens_decoded += result.tokens_decoded;
-    sample_phase(result, lock);
+    // No second sampling pass: generations were sampled in the run stage;
+    // the few it left (started meanwhile, a fork copying the sampler, a
+    // context about to fill, an image ending the input) are sampled at the
+    // next step's start, before its plan, so their token decodes in the same
+    // step either way.
     result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     stats.record(result.seconds, result.decode_seconds);
   }

@@ -56,7 +56,7 @@ std::int32_t ExecutorCore::claim_early_sample_locked(Conv &c, std::uint32_t n) {
   return static_cast<std::int32_t>(scratch.run.early.size() - 1);
 }
 
-void ExecutorCore::sample_early(SampleJob &job, const float *logits) {
+void ExecutorCore::sample_job(SampleJob &job, const float *logits) {
   try {
     const auto s0 = std::chrono::steady_clock::now();
     decoder->before_sample();
@@ -66,7 +66,6 @@ void ExecutorCore::sample_early(SampleJob &job, const float *logits) {
   } catch (const Error &e) {
     job.error = e;
   }
-  job.sampled = true;
 }
 
 void ExecutorCore::finish_early_locked(SampleJob &job, StepResult &result) {
@@ -137,17 +136,7 @@ void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex>
   // Nobody else touches a sampler marked `sampling`, and logits are written
   // only by this thread.
   lock.unlock();
-  for (auto &job : scratch.sample_jobs) {
-    try {
-      const auto s0 = std::chrono::steady_clock::now();
-      decoder->before_sample();
-      job.token = job.sampler->sample(job.conv->logits, job.gen->params.ignore_eos);
-      job.sampler->accept(job.token);
-      job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-    } catch (const Error &e) {
-      job.error = e;
-    }
-  }
+  for (auto &job : scratch.sample_jobs) sample_job(job, job.conv->logits.data());
   lock.lock();
   for (auto &job : scratch.sample_jobs) {
     if (!job.error) cost.observe_sample(job.seconds);  // a time budget keeps room for it
