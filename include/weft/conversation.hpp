@@ -198,6 +198,9 @@ class WEFT_API Conversation {
   std::uint32_t n_cells() const;
 
   // True when logits for the last token are available (input fully decoded).
+  // A running generation samples from llama.cpp's output in place and keeps
+  // none: after a rewind or cancel that leaves its last token they come back
+  // with the next step, which decodes that token again.
   bool has_logits() const;
   // Copy of those logits (n_vocab floats). Throws Errc::invalid_argument when
   // has_logits() is false. They stay until replaced by the next decode: no

@@ -65,7 +65,9 @@ WEFT_C_API weft_status weft_conversation_n_cells(const weft_conversation *conver
 WEFT_C_API weft_status weft_conversation_tokens(const weft_conversation *conversation, weft_token *tokens,
                                                 size_t capacity, size_t *out_n);
 
-// *out = 1 when logits for the last token are ready (input fully decoded).
+// *out = 1 when logits for the last token are ready (input fully decoded);
+// 0 during a generation (it samples from llama.cpp's output in place), and
+// after a rewind or cancel that leaves its last token until the next step.
 WEFT_C_API weft_status weft_conversation_has_logits(const weft_conversation *conversation, weft_bool *out);
 // Copies the n_vocab logits. WEFT_ERR_INVALID_ARGUMENT when not ready. They
 // stay until the next decode of this conversation replaces them.
