@@ -41,7 +41,11 @@ void send_json(httplib::Response &res, const Json &body, int status) {
   res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
-void send_error(httplib::Response &res, const ApiError &e) { send_json(res, error_json(e), e.status); }
+void send_error(httplib::Response &res, const ApiError &e) {
+  send_json(res, error_json(e), e.status);
+  if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
+  if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+}
 
 Json parse_body(const httplib::Request &req) {
   Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);

@@ -27,6 +27,7 @@ class ApiError : public std::runtime_error {
   std::string type;   // invalid_request_error, not_found_error, rate_limit_error, server_error, ...
   std::string code;   // a short machine code ("model_not_found", "context_length_exceeded")
   std::string param;  // the request field at fault, or empty
+  int retry_after_s = 0;  // > 0: sent as Retry-After
 };
 
 // 400 invalid_request_error naming the field.

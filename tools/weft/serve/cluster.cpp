@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <random>
 #include <set>
 #include <vector>
 
@@ -68,21 +67,19 @@ std::shared_ptr<ConvEntry> Cluster::load_into_registry(const std::string &id, co
     throw from_weft(e);
   }
   ctx_.registry.remove(id);
-  auto entry = ctx_.registry.add(std::move(conv), "conversation", id);
+  auto entry = ctx_.registry.add(std::move(conv), "conversation", id, s.owner);
   return entry;
 }
 
-std::shared_ptr<ConvEntry> Cluster::find(const std::string &id) {
-  try {
-    return ctx_.registry.get(id);
-  } catch (const ApiError &) {
-    if (!store_) throw;
-  }
+std::shared_ptr<ConvEntry> Cluster::find(const std::string &id, const Caller &who) {
+  if (!store_) return ctx_.registry.get(id, who);
+  auto mine = [&](std::shared_ptr<ConvEntry> e) {
+    if (!who.may_use(e->owner)) throw conversation_not_found(id);
+    return e;
+  };
+  if (auto e = ctx_.registry.find(id)) return mine(std::move(e));
   std::lock_guard lk(mu_);
-  try {
-    return ctx_.registry.get(id);  // loaded meanwhile
-  } catch (const ApiError &) {
-  }
+  if (auto e = ctx_.registry.find(id)) return mine(std::move(e));  // loaded meanwhile
   std::optional<StoredState> s;
   try {
     const auto t0 = std::chrono::steady_clock::now();
@@ -92,29 +89,26 @@ std::shared_ptr<ConvEntry> Cluster::find(const std::string &id) {
   } catch (const StoreError &e) {
     raise(e, id);
   }
-  if (!s)
-    throw ApiError(404, "not_found_error", "conversation_not_found",
-                   fmt::format("no conversation '{}' here or in the store", id.substr(0, 80)));
+  // Another key's: as if there were none, and not loaded.
+  if (!s || !who.may_use(s->owner)) throw conversation_not_found(id);
   auto entry = load_into_registry(id, *s);
   local_[id] = Local{.version = s->version};
   return entry;
 }
 
-Turn Cluster::begin_turn(const std::string &id, std::optional<std::uint64_t> if_version) {
+Turn Cluster::begin_turn(const std::string &id, const Caller &who, std::optional<std::uint64_t> if_version) {
   Turn t;
   if (!store_) {
+    t.entry = ctx_.registry.get(id, who);
     if (if_version)
       throw ApiError(400, "invalid_request_error", "invalid_value",
                      "'if_version' needs a state store (weft serve --store)", "if_version");
-    t.entry = ctx_.registry.get(id);
     t.n_before = t.entry->conv.n_tokens();
     return t;
   }
-  std::shared_ptr<ConvEntry> held;
-  try {
-    held = ctx_.registry.get(id);
-  } catch (const ApiError &) {
-  }
+  std::shared_ptr<ConvEntry> held = ctx_.registry.find(id);
+  // Another key's copy here: 404 before the store is asked (no lease taken).
+  if (held && !who.may_use(held->owner)) throw conversation_not_found(id);
   if (held) {
     const auto g = held->generation();
     if (g && !g->done())
@@ -123,6 +117,11 @@ Turn Cluster::begin_turn(const std::string &id, std::optional<std::uint64_t> if_
   }
   StoreRecord rec;
   try {
+    // Not held here: another key's conversation is refused before its lease is taken.
+    if (!held) {
+      const StoreRecord peeked = store_->peek(id);
+      if (peeked.version > 0 && !who.may_use(peeked.owner)) throw conversation_not_found(id);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     rec = store_->acquire(id, node_, lease_);
     count(op_acquire, t0);
@@ -147,8 +146,15 @@ Turn Cluster::begin_turn(const std::string &id, std::optional<std::uint64_t> if_
       local_.erase(it);
       ctx_.registry.remove(id);
     }
-    throw ApiError(404, "not_found_error", "conversation_not_found",
-                   fmt::format("no conversation '{}' in the store", id.substr(0, 80)));
+    throw conversation_not_found(id);
+  }
+  if (!who.may_use(rec.owner)) {
+    // Made again by another key since this node's copy (or since the peek).
+    try {
+      store_->release(id, node_);
+    } catch (const StoreError &) {
+    }
+    throw conversation_not_found(id);
   }
   if (if_version && *if_version != rec.version) {
     try {
@@ -174,8 +180,7 @@ Turn Cluster::begin_turn(const std::string &id, std::optional<std::uint64_t> if_
       }
       raise(e, id);
     }
-    if (!s) throw ApiError(404, "not_found_error", "conversation_not_found",
-                           fmt::format("no conversation '{}' in the store", id.substr(0, 80)));
+    if (!s) throw conversation_not_found(id);
     try {
       held = load_into_registry(id, *s);
     } catch (...) {
@@ -216,7 +221,7 @@ Json Cluster::commit(Turn &t) {
     bytes = t.entry->conv.save();
     count(op_save, t0, bytes.size());
     t0 = std::chrono::steady_clock::now();
-    const auto v = store_->commit(id, node_, base, bytes);
+    const auto v = store_->commit(id, node_, base, bytes, t.entry->owner);
     count(op_write, t0, bytes.size());
     note_store(true, "");
     finish([&](Local &l) {
@@ -285,7 +290,7 @@ void Cluster::abandon(Turn &t) noexcept {
 
 Json Cluster::write_whole(ConvEntry &e, std::uint64_t expected) {
   const auto bytes = e.conv.save();
-  const auto v = store_->commit(e.id, node_, expected, bytes);
+  const auto v = store_->commit(e.id, node_, expected, bytes, e.owner);
   note_store(true, "");
   std::lock_guard lk(mu_);
   local_[e.id] = Local{.version = v};
@@ -304,16 +309,36 @@ Json Cluster::publish(ConvEntry &e) {
 Json Cluster::replace(ConvEntry &e) {
   if (!store_) return nullptr;
   try {
-    return write_whole(e, store_->acquire(e.id, node_, lease_).version);
+    const StoreRecord rec = store_->acquire(e.id, node_, lease_);
+    if (rec.version > 0 && rec.owner != e.owner) {
+      // Made meanwhile by another key (the caller looked with stored_owner).
+      store_->release(e.id, node_);
+      throw conversation_not_found(e.id);
+    }
+    return write_whole(e, rec.version);
   } catch (const StoreError &err) {
     raise(err, e.id);
   }
 }
 
-bool Cluster::remove(const std::string &id) {
+std::optional<std::string> Cluster::stored_owner(const std::string &id) {
+  if (!store_) return std::nullopt;
+  try {
+    const StoreRecord rec = store_->peek(id);
+    note_store(true, "");
+    if (rec.version == 0) return std::nullopt;
+    return rec.owner;
+  } catch (const StoreError &e) {
+    raise(e, id);
+  }
+}
+
+bool Cluster::remove(const std::string &id, const Caller &who) {
   if (!store_) return false;
   try {
-    const bool had = store_->load(id).has_value();
+    const StoreRecord rec = store_->peek(id);
+    if (rec.version > 0 && !who.may_use(rec.owner)) throw conversation_not_found(id);
+    const bool had = rec.version > 0;
     store_->remove(id, node_);
     note_store(true, "");
     std::lock_guard lk(mu_);
@@ -322,12 +347,6 @@ bool Cluster::remove(const std::string &id) {
   } catch (const StoreError &e) {
     raise(e, id);
   }
-}
-
-std::string Cluster::new_id() {
-  if (!store_) return {};
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:012x}", node_, rng() & 0xffffffffffffULL);
 }
 
 const char *Cluster::op_name(int op) {
@@ -430,7 +449,7 @@ void Cluster::keeper() {
         }
         store_->acquire(id, node_, lease_);
         const auto bytes = e->conv.save();
-        const auto v = store_->commit(id, node_, base, bytes);
+        const auto v = store_->commit(id, node_, base, bytes, e->owner);
         std::lock_guard lk(mu_);
         auto &l = local_[id];
         l.version = v;

@@ -62,15 +62,17 @@ class Cluster {
   const std::string &node_id() const { return node_; }
 
   // The conversation: this node's, else loaded from the store (no lease:
-  // reading only). Throws ApiError 404 / 503.
-  std::shared_ptr<ConvEntry> find(const std::string &id);
+  // reading only). Throws ApiError 404 (also when `who` may not use it:
+  // another key's conversation is not even loaded) / 503.
+  std::shared_ptr<ConvEntry> find(const std::string &id, const Caller &who);
   // Before a turn on `id` (see the file comment). `if_version` (a request's
   // "if_version"): the turn goes ahead only when the store holds that
   // version, else 409 version_mismatch naming the stored one — so a client
   // that retries a turn whose reply it lost never applies it twice. Throws
-  // ApiError 404 / 409 conversation_busy, conversation_leased or
+  // ApiError 404 (also another key's, by this node's copy or the store's
+  // record) / 409 conversation_busy, conversation_leased or
   // version_mismatch / 503 store_unavailable.
-  Turn begin_turn(const std::string &id, std::optional<std::uint64_t> if_version = std::nullopt);
+  Turn begin_turn(const std::string &id, const Caller &who, std::optional<std::uint64_t> if_version = std::nullopt);
   // After a completed turn: writes the state. Returns what the reply says
   // of the store ({"version", "holder"} or {"deferred": reason}), null
   // without a store. Throws ApiError: 409 conflict (another node advanced it;
@@ -83,13 +85,15 @@ class Cluster {
   // caller removes it from the registry then.
   Json publish(ConvEntry &e);
   // PUT state: writes `e` (just loaded) as the store's next version, under
-  // the lease. Throws ApiError 409 / 503 / 507.
+  // the lease. Throws ApiError 404 (the stored one has another owner than
+  // e's) / 409 / 503 / 507.
   Json replace(ConvEntry &e);
-  // DELETE: from the store too; true when the store had it. Throws ApiError 409 / 503.
-  bool remove(const std::string &id);
-  // A new id for a conversation made here: "<node>-<random>" with a store
-  // (ids must not collide across nodes), else empty (the registry's c<n>).
-  std::string new_id();
+  // The owner the store records for `id`; nullopt without a store or when
+  // it holds no such id. Throws ApiError 503.
+  std::optional<std::string> stored_owner(const std::string &id);
+  // DELETE: from the store too; true when the store had it. Throws ApiError
+  // 404 (another key's) / 409 / 503.
+  bool remove(const std::string &id, const Caller &who);
   // {"store": url or null, "node": id, "store_ok": bool, "store_error": reason, "deferred": n}.
   Json health();
   // Facts on one conversation for GET /v1/conversations/{id}.

@@ -10,10 +10,32 @@
 
 #include "attention_cli.hpp"
 #include "commands.hpp"
+#include "serve/auth.hpp"
 #include "serve/server.hpp"
 #include "weft/weft.hpp"
 
 namespace weft_cli {
+
+namespace {
+
+// SIGHUP: the key file again; a file that cannot be read, or holds a bad
+// key, leaves the keys as they were.
+void reload_keys(serve::KeyRing &keys) {
+  if (!keys.has_key_file()) {
+    fmt::print("weft serve: SIGHUP: no --api-key-file to read again\n");
+  } else {
+    try {
+      const auto n = keys.reload();
+      fmt::print("weft serve: SIGHUP: {} keys accepted ({} admin) after reading {}\n", n, keys.admins(),
+                 keys.key_file());
+    } catch (const weft::Error &e) {
+      fmt::print("weft serve: SIGHUP: keeping the keys as they were: {}\n", e.what());
+    }
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
 
 void add_serve(CLI::App &app) {
   auto o = std::make_shared<serve::ServeOptions>();
@@ -73,13 +95,29 @@ void add_serve(CLI::App &app) {
   cmd->add_option("--store-max-bytes", o->store_max_bytes,
                   "Largest conversation state the store takes (larger: 507 state_too_large)")
       ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 36));
+  cmd->add_option("--api-key", o->api_keys,
+                  "An API key clients send as 'Authorization: Bearer KEY' (repeatable; 16-512 printable ASCII "
+                  "characters); each key sees only its own conversations");
+  cmd->add_option("--admin-key", o->admin_keys, "An API key that sees every key's conversations (repeatable)");
+  cmd->add_option("--api-key-file", o->api_key_file,
+                  "A file of API keys, one a line ('admin KEY' for an admin key; blank lines and # comments "
+                  "ignored), read again on SIGHUP");
+  cmd->add_option("--metrics-key", o->metrics_key,
+                  "The key GET /metrics takes (an admin key works too); without it /metrics takes any API key");
+  cmd->add_flag("--allow-unauthenticated", o->allow_unauthenticated,
+                "Serve without API keys on a --host that is not loopback");
+  cmd->add_option("--key-max-conversations", o->key_max_conversations,
+                  "Most live conversations one API key may hold on this node (0: no limit; more is 429)")
+      ->capture_default_str()->check(CLI::Range(0u, 1u << 20));
   cmd->callback([o] {
-    // SIGINT/SIGTERM are taken by sigtimedwait below: blocked here, before
-    // any thread starts, so every thread inherits the mask.
+    // SIGINT/SIGTERM/SIGHUP are taken by sigtimedwait below: blocked here,
+    // before any thread starts, so every thread inherits the mask and no
+    // handler ever runs (SIGHUP's key reload happens on this thread).
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
     std::signal(SIGPIPE, SIG_IGN);  // a client that goes away is a failed write, not a death
 
@@ -92,6 +130,7 @@ void add_serve(CLI::App &app) {
     fmt::print("weft serve: {}\n", describe_attention(c.ex->stats()));
     if (!o->store.empty())
       fmt::print("weft serve: node {}, state store {}\n", c.cluster->node_id(), o->store);
+    fmt::print("weft serve: {}\n", serve::describe_access(*o, *c.keys));
     fmt::print("weft serve: listening on http://{}:{}\n", o->host, port);
     std::fflush(stdout);
     int sig = 0;
@@ -99,6 +138,7 @@ void add_serve(CLI::App &app) {
     while (server.running()) {
       sig = sigtimedwait(&sigs, nullptr, &slice);
       if (sig == SIGINT || sig == SIGTERM) break;
+      if (sig == SIGHUP) reload_keys(*c.keys);
     }
     fmt::print("weft serve: {}, shutting down\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "stopped");
     std::fflush(stdout);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "serve/api_error.hpp"
+#include "serve/auth.hpp"
 #include "serve/generation_run.hpp"
 #include "serve/request_params.hpp"
 #include "serve/sse.hpp"
@@ -40,8 +41,11 @@ Json conversation_json(ServeContext &ctx, ConvEntry &e, bool with_tokens) {
 
 std::string id_of(const httplib::Request &req) { return req.path_params.at("id"); }
 
-// This node's conversation, else the store's (--store).
-std::shared_ptr<ConvEntry> find_conv(ServeContext &ctx, const std::string &id) { return ctx.cluster->find(id); }
+// This node's conversation, else the store's (--store); 404 unless the
+// request's key may use it.
+std::shared_ptr<ConvEntry> find_conv(ServeContext &ctx, const httplib::Request &req) {
+  return ctx.cluster->find(id_of(req), caller_of(ctx, req));
+}
 
 // A turn that throws before it is written gives its lease back.
 struct TurnGuard {
@@ -63,6 +67,7 @@ void refuse_when_draining(const ServeContext &ctx) {
 
 void create(ServeContext &ctx, const httplib::Request &req, httplib::Response &res) {
   refuse_when_draining(ctx);
+  const Caller who = caller_of(ctx, req);
   const Json body = optional_body(req);
   std::string id;
   if (const Json *v = optional_field(body, "id", Json::value_t::string, "a string")) id = v->get<std::string>();
@@ -74,8 +79,7 @@ void create(ServeContext &ctx, const httplib::Request &req, httplib::Response &r
   } else if (const Json *v = optional_field(body, "prefix", Json::value_t::string, "a string")) {
     prefix = v->get<std::string>();
   }
-  if (id.empty()) id = ctx.cluster->new_id();
-  auto entry = ctx.registry.add(ctx.ex->create(), "conversation", id);
+  auto entry = ctx.registry.add(ctx.ex->create(), "conversation", id, who.key_id, /*fresh=*/true);
   Json stored;
   try {
     if (!prefix.empty()) {
@@ -105,7 +109,7 @@ void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response 
     if (!it->is_number_unsigned()) throw bad_param("if_version", "'if_version' must be a non-negative integer", "invalid_type");
     if_version = it->get<std::uint64_t>();
   }
-  auto turn = std::make_shared<Turn>(ctx.cluster->begin_turn(id_of(req), if_version));
+  auto turn = std::make_shared<Turn>(ctx.cluster->begin_turn(id_of(req), caller_of(ctx, req), if_version));
   TurnGuard guard{*ctx.cluster, turn};
   auto entry = turn->entry;
   std::string content;
@@ -168,13 +172,20 @@ void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response 
 void put_state(ServeContext &ctx, const httplib::Request &req, httplib::Response &res) {
   refuse_when_draining(ctx);
   const std::string id = id_of(req);
+  // A conversation that exists keeps its owner, and only a key that may use
+  // it replaces it; a new one is the caller's.
+  const Caller who = caller_of(ctx, req);
+  std::optional<std::string> owner;
+  if (const auto held = ctx.registry.find(id)) owner = held->owner;
+  else owner = ctx.cluster->stored_owner(id);
+  if (owner && !who.may_use(*owner)) throw conversation_not_found(id);
   if (req.body.empty()) throw bad_param("body", "PUT /state needs the state bytes as the body");
   const auto *p = reinterpret_cast<const std::uint8_t *>(req.body.data());
   weft::Conversation conv = ctx.ex->load(std::span<const std::uint8_t>(p, req.body.size()));
   // Loading replaces a conversation of that id; the old one goes only once
   // the new one loaded.
   bool replaced = ctx.registry.remove(id);
-  auto entry = ctx.registry.add(std::move(conv), "conversation", id);
+  auto entry = ctx.registry.add(std::move(conv), "conversation", id, owner.value_or(who.key_id), /*fresh=*/!owner);
   Json stored;
   try {
     stored = ctx.cluster->replace(*entry);
@@ -193,9 +204,11 @@ void put_state(ServeContext &ctx, const httplib::Request &req, httplib::Response
 }  // namespace
 
 void add_conversation_routes(httplib::Server &svr, ServeContext &ctx) {
-  svr.Get("/v1/conversations", guarded([&ctx](const httplib::Request &, httplib::Response &res) {
+  svr.Get("/v1/conversations", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+            const Caller who = caller_of(ctx, req);
             Json list = Json::array();
             for (const auto &e : ctx.registry.list()) {
+              if (!who.may_use(e->owner)) continue;  // another key's
               try {
                 list.push_back(conversation_json(ctx, *e, false));
               } catch (const weft::Error &) {
@@ -209,24 +222,28 @@ void add_conversation_routes(httplib::Server &svr, ServeContext &ctx) {
            }));
   svr.Get("/v1/conversations/:id", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
             const std::string id = id_of(req);
-            Json j = conversation_json(ctx, *find_conv(ctx, id), true);
+            Json j = conversation_json(ctx, *find_conv(ctx, req), true);
             if (const Json stored = ctx.cluster->describe(id); !stored.is_null()) j["store"] = stored;
             send_json(res, j);
           }));
   svr.Delete("/v1/conversations/:id", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
                const std::string id = id_of(req);
-               const bool stored = ctx.cluster->remove(id);  // 409 / 503 from the store
-               if (!ctx.registry.remove(id) && !stored) ctx.registry.get(id);  // 404
+               const Caller who = caller_of(ctx, req);
+               if (const auto held = ctx.registry.find(id); held && !who.may_use(held->owner))
+                 throw conversation_not_found(id);
+               const bool stored = ctx.cluster->remove(id, who);  // 404 / 409 / 503 from the store
+               if (!ctx.registry.remove(id) && !stored) throw conversation_not_found(id);
                send_json(res, Json{{"id", id}, {"object", "conversation"}, {"deleted", true}});
              }));
   svr.Post("/v1/conversations/:id/fork", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
              refuse_when_draining(ctx);
-             auto src = find_conv(ctx, id_of(req));
+             const Caller who = caller_of(ctx, req);
+             auto src = ctx.cluster->find(id_of(req), who);
              const Json body = optional_body(req);
              std::string id;
              if (const Json *v = optional_field(body, "id", Json::value_t::string, "a string")) id = v->get<std::string>();
-             if (id.empty()) id = ctx.cluster->new_id();
-             auto entry = ctx.registry.add(src->conv.fork(), "conversation", id);
+             // The child is the caller's (an admin's fork is the admin's).
+             auto entry = ctx.registry.add(src->conv.fork(), "conversation", id, who.key_id, /*fresh=*/true);
              Json stored;
              try {
                stored = ctx.cluster->publish(*entry);
@@ -240,7 +257,7 @@ void add_conversation_routes(httplib::Server &svr, ServeContext &ctx) {
            }));
   svr.Post("/v1/conversations/:id/rewind", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
              const Json body = parse_body(req);
-             auto turn = std::make_shared<Turn>(ctx.cluster->begin_turn(id_of(req)));
+             auto turn = std::make_shared<Turn>(ctx.cluster->begin_turn(id_of(req), caller_of(ctx, req)));
              TurnGuard guard{*ctx.cluster, turn};
              auto e = turn->entry;
              const auto it = body.find("n");
@@ -259,7 +276,7 @@ void add_conversation_routes(httplib::Server &svr, ServeContext &ctx) {
              messages(ctx, req, res);
            }));
   svr.Get("/v1/conversations/:id/state", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
-            const auto bytes = find_conv(ctx, id_of(req))->conv.save();
+            const auto bytes = find_conv(ctx, req)->conv.save();
             res.status = 200;
             res.set_content(std::string(bytes.begin(), bytes.end()), "application/octet-stream");
           }));

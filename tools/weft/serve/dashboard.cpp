@@ -77,9 +77,16 @@ function plot(pts) {
     for (const p of pts) { g.beginPath(); g.arc(x(p.t), y(p[key]), 2.5, 0, 2 * Math.PI); g.fill(); }
   }
 }
+// With API keys: open /#key=KEY once; the key stays in this tab's sessionStorage, out of the address bar.
+if (location.hash.startsWith("#key=")) {
+  sessionStorage.setItem("weftKey", decodeURIComponent(location.hash.slice(5)));
+  history.replaceState(null, "", location.pathname);
+}
 async function tick() {
   try {
-    const r = await fetch("/v1/status", {cache: "no-store"});
+    const key = sessionStorage.getItem("weftKey");
+    const r = await fetch("/v1/status", {cache: "no-store", headers: key ? {authorization: "Bearer " + key} : {}});
+    if (r.status === 401) throw new Error("HTTP 401: this server needs an API key; open /#key=YOUR_KEY");
     if (!r.ok) throw new Error("HTTP " + r.status);
     render(await r.json());
     $("error").textContent = "";

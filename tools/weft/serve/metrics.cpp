@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "serve/api_error.hpp"
+#include "serve/auth.hpp"
 
 namespace weft_cli::serve {
 
@@ -107,10 +108,14 @@ void add_metrics_routes(httplib::Server &svr, ServeContext &ctx) {
     res.status = ctx.draining.load() ? 503 : 200;
     res.set_content(j.dump(), "application/json");
   });
-  svr.Get("/v1/status", guarded([&ctx](const httplib::Request &, httplib::Response &res) {
+  // The executor's figures are the whole server's; the conversations listed
+  // are the caller's own (an admin key's: all).
+  svr.Get("/v1/status", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
+            const Caller who = caller_of(ctx, req);
             const auto st = ctx.ex->stats();
             Json convs = Json::array();
             for (const auto &e : ctx.registry.list()) {
+              if (!who.may_use(e->owner)) continue;
               try {
                 const auto g = e->generation();
                 convs.push_back({{"id", e->id},

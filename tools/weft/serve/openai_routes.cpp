@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "serve/api_error.hpp"
+#include "serve/auth.hpp"
 #include "serve/generation_run.hpp"
 #include "serve/request_params.hpp"
 #include "serve/sse.hpp"
@@ -114,6 +115,7 @@ struct Completion {
 
 void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Response &res, bool chat) {
   if (ctx.draining.load()) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down");
+  const Caller who = caller_of(ctx, req);
   const Json body = parse_body(req);
   check_model(ctx, body);
   std::vector<weft::Token> tokens;
@@ -138,7 +140,8 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
   const std::uint32_t room = ctx.n_ctx() - static_cast<std::uint32_t>(tokens.size());
   auto g = parse_generation(body, ctx.opt.max_tokens, room);
 
-  auto entry = ctx.registry.add(ctx.ex->create(), chat ? "chat.completion" : "text_completion");
+  auto entry = ctx.registry.add(ctx.ex->create(), chat ? "chat.completion" : "text_completion", {},
+                                who.key_id, /*fresh=*/true);
   Completion c{.chat = chat, .id = next_id(chat ? "chatcmpl" : "cmpl"), .model = ctx.model_name,
                .fingerprint = fmt::format("weft-{:016x}", ctx.model.fingerprint())};
   std::shared_ptr<GenerationRun> run;

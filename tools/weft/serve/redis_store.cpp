@@ -2,7 +2,8 @@
 //
 // Per conversation id two keys, hash-tagged so a Redis Cluster keeps them on
 // one shard: `weft:{id}:meta`, a hash (version, holder, lease_node,
-// lease_until in ms of the Redis server's clock, bytes, written_ms), and
+// lease_until in ms of the Redis server's clock, bytes, written_ms, owner:
+// the owning API key's id, empty without keys), and
 // `weft:{id}:state`, the state bytes. Every change is one Lua script, which
 // Redis runs atomically: the compare-and-set on the version and the lease
 // check happen with nothing in between, and leases use the server's clock,
@@ -24,14 +25,22 @@ namespace {
 
 constexpr const char *kAcquire = R"lua(
 local v = redis.call('HGET', KEYS[1], 'version')
-if not v then return {0, '', 0, 0} end
+if not v then return {0, '', 0, 0, ''} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ln = redis.call('HGET', KEYS[1], 'lease_node') or ''
 local lu = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0')
 if ln ~= '' and ln ~= ARGV[1] and lu > now then return {-1, ln, lu - now, 0} end
 redis.call('HSET', KEYS[1], 'lease_node', ARGV[1], 'lease_until', now + tonumber(ARGV[2]))
-return {tonumber(v), redis.call('HGET', KEYS[1], 'holder') or '', 0, tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')}
+return {tonumber(v), redis.call('HGET', KEYS[1], 'holder') or '', 0, tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0'),
+        redis.call('HGET', KEYS[1], 'owner') or ''}
+)lua";
+
+constexpr const char *kPeek = R"lua(
+local v = redis.call('HGET', KEYS[1], 'version')
+if not v then return {0, '', 0, 0, ''} end
+return {tonumber(v), redis.call('HGET', KEYS[1], 'holder') or '', 0, tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0'),
+        redis.call('HGET', KEYS[1], 'owner') or ''}
 )lua";
 
 constexpr const char *kCommit = R"lua(
@@ -44,14 +53,14 @@ local lu = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0')
 if ln ~= '' and ln ~= ARGV[1] and lu > now then return {-2, ln, lu - now} end
 redis.call('SET', KEYS[2], ARGV[3])
 redis.call('HSET', KEYS[1], 'version', v + 1, 'holder', ARGV[1], 'lease_node', '', 'lease_until', 0,
-           'bytes', string.len(ARGV[3]), 'written_ms', now)
+           'bytes', string.len(ARGV[3]), 'written_ms', now, 'owner', ARGV[4])
 return {v + 1, '', 0}
 )lua";
 
 constexpr const char *kLoad = R"lua(
 local v = redis.call('HGET', KEYS[1], 'version')
 if not v then return {0} end
-return {tonumber(v), redis.call('GET', KEYS[2])}
+return {tonumber(v), redis.call('GET', KEYS[2]), redis.call('HGET', KEYS[1], 'owner') or ''}
 )lua";
 
 constexpr const char *kRenew = R"lua(
@@ -100,8 +109,10 @@ class RedisStore final : public StateStore {
     Reply r = eval(kAcquire, id, {node, ms});
     const auto v = int_at(r.get(), 0);
     if (v < 0) leased(id, str_at(r.get(), 1), int_at(r.get(), 2));
-    return {static_cast<std::uint64_t>(v), str_at(r.get(), 1), static_cast<std::uint64_t>(int_at(r.get(), 3))};
+    return record(r.get());
   }
+
+  StoreRecord peek(const std::string &id) override { return record(eval(kPeek, id, {}).get()); }
 
   std::optional<StoredState> load(const std::string &id) override {
     Reply r = eval(kLoad, id, {});
@@ -110,16 +121,17 @@ class RedisStore final : public StateStore {
     if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_STRING)
       throw StoreError(StoreErrc::corrupt, fmt::format("conversation '{}' has a record (version {}) but no state", id, v));
     const auto *e = r->element[1];
-    StoredState s{static_cast<std::uint64_t>(v), {}};
+    StoredState s{static_cast<std::uint64_t>(v), {}, str_at(r.get(), 2)};
     s.bytes.assign(reinterpret_cast<const std::uint8_t *>(e->str), reinterpret_cast<const std::uint8_t *>(e->str) + e->len);
     return s;
   }
 
   std::uint64_t commit(const std::string &id, const std::string &node, std::uint64_t expected,
-                       const std::vector<std::uint8_t> &bytes) override {
+                       const std::vector<std::uint8_t> &bytes, const std::string &owner) override {
     check_size(id, bytes.size());
     Reply r = eval(kCommit, id,
-                   {node, std::to_string(expected), std::string(reinterpret_cast<const char *>(bytes.data()), bytes.size())});
+                   {node, std::to_string(expected), std::string(reinterpret_cast<const char *>(bytes.data()), bytes.size()),
+                    owner});
     const auto v = int_at(r.get(), 0);
     if (v == -1) {
       const auto now = int_at(r.get(), 2);
@@ -158,6 +170,12 @@ class RedisStore final : public StateStore {
   [[noreturn]] void unavailable(const std::string &why) {
     last_error_ = why;
     throw StoreError(StoreErrc::unavailable, fmt::format("the state store {} is unavailable: {}", describe(), why));
+  }
+
+  // {version, holder, _, bytes, owner}, as kAcquire and kPeek answer.
+  static StoreRecord record(const redisReply *r) {
+    return {static_cast<std::uint64_t>(int_at(r, 0)), str_at(r, 1), static_cast<std::uint64_t>(int_at(r, 3)),
+            str_at(r, 4)};
   }
 
   static long long int_at(const redisReply *r, std::size_t i) {

@@ -3,8 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 
 #include "serve/api_error.hpp"
 
@@ -50,6 +54,26 @@ double ConvEntry::tokens_per_second() {
   return rate;
 }
 
+std::string random_conversation_id() {
+  std::uint8_t b[16];
+  std::size_t got = 0;
+  while (got < sizeof b) {
+    const ssize_t n = getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw weft::Error(weft::Errc::io, fmt::format("getrandom failed: {}", std::strerror(errno)));
+    got += static_cast<std::size_t>(n);
+  }
+  std::string id = "conv_";
+  for (const auto x : b) id += fmt::format("{:02x}", x);
+  return id;
+}
+
+ApiError conversation_not_found(const std::string &id) {
+  return ApiError(404, "not_found_error", "conversation_not_found",
+                  fmt::format("no conversation '{}'", id.substr(0, 80)));
+}
+
 namespace {
 bool valid_id(const std::string &id) {
   if (id.empty() || id.size() > 64) return false;
@@ -58,20 +82,38 @@ bool valid_id(const std::string &id) {
 }
 }  // namespace
 
-std::shared_ptr<ConvEntry> Registry::add(weft::Conversation conv, std::string kind, std::string id) {
+std::shared_ptr<ConvEntry> Registry::add(weft::Conversation conv, std::string kind, std::string id, std::string owner,
+                                         bool fresh) {
+  const bool made_here = id.empty();
+  if (made_here) {
+    try {
+      id = random_conversation_id();
+    } catch (...) {
+      conv.dispose();
+      throw;
+    }
+  }
   std::unique_lock lk(mu_);
   auto refuse = [&](const ApiError &e) {
     lk.unlock();
     conv.dispose();
     throw e;
   };
+  auto too_many = [](const std::string &message) {
+    ApiError e(429, "rate_limit_error", "too_many_conversations", message);
+    e.retry_after_s = 1;
+    return e;
+  };
   if (entries_.size() >= max_)
-    refuse(ApiError(429, "rate_limit_error", "too_many_conversations",
-                    fmt::format("the server holds {} conversations, its limit (--max-conversations {}); "
+    refuse(too_many(fmt::format("the server holds {} conversations, its limit (--max-conversations {}); "
                                 "delete some or retry later", entries_.size(), max_)));
-  if (id.empty()) {
-    id = fmt::format("c{}", next_++);
-  } else if (!valid_id(id)) {
+  if (fresh && max_per_owner_ > 0 && !owner.empty()) {
+    const auto mine = static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(), [&](const auto &e) { return e->owner == owner; }));
+    if (mine >= max_per_owner_)
+      refuse(too_many(fmt::format("this API key holds {} conversations on this server, its limit "
+                                  "(--key-max-conversations {}); delete some or retry later", mine, max_per_owner_)));
+  }
+  if (!made_here && !valid_id(id)) {
     refuse(bad_param("id", fmt::format("conversation id '{}' must be 1-64 characters of A-Z a-z 0-9 _ -",
                                        id.substr(0, 80))));
   }
@@ -81,18 +123,29 @@ std::shared_ptr<ConvEntry> Registry::add(weft::Conversation conv, std::string ki
   auto e = std::make_shared<ConvEntry>();
   e->id = std::move(id);
   e->kind = std::move(kind);
+  e->owner = std::move(owner);
   e->conv = std::move(conv);
   e->rate_tokens = e->conv.n_tokens();
   entries_.push_back(e);
   return e;
 }
 
-std::shared_ptr<ConvEntry> Registry::get(const std::string &id) const {
+std::shared_ptr<ConvEntry> Registry::find(const std::string &id) const {
   std::lock_guard lk(mu_);
   for (const auto &e : entries_)
     if (e->id == id) return e;
-  throw ApiError(404, "not_found_error", "conversation_not_found",
-                 fmt::format("no conversation '{}'", id.substr(0, 80)));
+  return nullptr;
+}
+
+std::shared_ptr<ConvEntry> Registry::get(const std::string &id) const {
+  if (auto e = find(id)) return e;
+  throw conversation_not_found(id);
+}
+
+std::shared_ptr<ConvEntry> Registry::get(const std::string &id, const Caller &who) const {
+  auto e = find(id);
+  if (!e || !who.may_use(e->owner)) throw conversation_not_found(id);
+  return e;
 }
 
 bool Registry::remove(const std::string &id) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "serve/cluster.hpp"
+#include "serve/keys.hpp"
 #include "serve/registry.hpp"
 #include "serve/serve_options.hpp"
 #include "serve/stepper.hpp"
@@ -36,6 +37,7 @@ struct ServeCounters {
 
 struct ServeContext {
   ServeOptions opt;
+  std::unique_ptr<KeyRing> keys;  // who may use the server (auth.hpp)
   weft::Model model;
   std::string model_name;     // what clients put in "model"
   std::string chat_template;  // passed to Model::apply_chat_template
@@ -48,8 +50,9 @@ struct ServeContext {
   std::atomic<bool> cancel_all{false};  // the grace period is over: running generations end
   std::atomic<int> active_runs{0};      // generations a request is waiting on or streaming
 
-  ServeContext(ServeOptions o, weft::Model m)
-      : opt(std::move(o)), model(std::move(m)), registry(opt.max_conversations) {}
+  ServeContext(ServeOptions o, std::unique_ptr<KeyRing> k, weft::Model m)
+      : opt(std::move(o)), keys(std::move(k)), model(std::move(m)),
+        registry(opt.max_conversations, opt.key_max_conversations) {}
 
   std::uint32_t n_ctx() const { return ex->n_ctx(); }
 };

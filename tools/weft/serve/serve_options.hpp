@@ -43,6 +43,14 @@ struct ServeOptions {
   std::string node_id;                      // this node's name in the store; empty: <hostname>-<pid>
   double lease_seconds = 30;                // how long a turn's advance lease lasts unrenewed
   std::uint64_t store_max_bytes = 64u << 20;  // larger states are refused (507 state_too_large)
+  // Who may use the server (docs/SERVE.md, "API keys"). No keys: open, and
+  // then only on a loopback --host unless allow_unauthenticated.
+  std::vector<std::string> api_keys;    // --api-key
+  std::vector<std::string> admin_keys;  // --admin-key: sees every key's conversations
+  std::string api_key_file;             // --api-key-file, read again on SIGHUP
+  std::string metrics_key;              // --metrics-key: /metrics takes this key (or an admin key)
+  bool allow_unauthenticated = false;
+  std::uint32_t key_max_conversations = 0;  // per key, on this node; 0: no limit
 };
 
 }  // namespace weft_cli::serve

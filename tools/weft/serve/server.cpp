@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "serve/api_error.hpp"
+#include "serve/auth.hpp"
 #include "serve/cluster.hpp"
 #include "serve/state_store.hpp"
 #include "serve/conversation_routes.hpp"
@@ -221,8 +222,13 @@ ServeApp::ServeApp(ServeOptions opt) {
   if (opt.step_tokens > opt.batch)
     throw weft::Error(weft::Errc::invalid_argument,
                       fmt::format("--step-tokens {} is above --batch {}", opt.step_tokens, opt.batch));
+  // Keys and exposure first: a bad key file or an open non-loopback host
+  // fails before the model loads.
+  auto keys = std::make_unique<KeyRing>(KeyOptions{.api_keys = opt.api_keys, .admin_keys = opt.admin_keys,
+                                                   .key_file = opt.api_key_file, .metrics_key = opt.metrics_key});
+  check_exposure(opt, *keys);
   auto model = weft::Model::load({.path = opt.model, .rpc = opt.rpc});
-  ctx_ = std::make_unique<ServeContext>(std::move(opt), std::move(model));
+  ctx_ = std::make_unique<ServeContext>(std::move(opt), std::move(keys), std::move(model));
   auto &c = *ctx_;
   c.model_name = c.opt.alias.empty() ? std::filesystem::path(c.opt.model).stem().string() : c.opt.alias;
   c.chat_template = pick_chat_template(c.model, c.opt.chat_template);
@@ -260,14 +266,23 @@ void ServeApp::configure_http() {
   c.opt.max_connections = fit_fd_limit(c.opt.max_connections, c.opt.http_threads);
   const auto threads = static_cast<std::size_t>(std::max(2, c.opt.http_threads));
   svr_.new_task_queue = [&c, threads] { return new ConnectionPool(c.counters, threads, c.opt.max_connections); };
-  // A connection past --max-connections: its request gets 503, and it is closed.
-  svr_.set_pre_routing_handler([&c](const httplib::Request &, httplib::Response &res) {
-    if (!t_over_capacity) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(503, "server_error", "server_busy",
-                             fmt::format("{} connections are open, the server's --max-connections; try again later",
-                                         c.opt.max_connections)));
-    res.set_header("Connection", "close");
-    return httplib::Server::HandlerResponse::Handled;
+  // A connection past --max-connections: its request gets 503, and it is
+  // closed. Then the API key: a request without a known one gets 401 before
+  // any route runs (auth.hpp).
+  svr_.set_pre_routing_handler([&c](const httplib::Request &req, httplib::Response &res) {
+    if (t_over_capacity) {
+      send_error(res, ApiError(503, "server_error", "server_busy",
+                               fmt::format("{} connections are open, the server's --max-connections; try again later",
+                                           c.opt.max_connections)));
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (const auto refused = refuse_unauthorized(c, req)) {
+      send_error(res, *refused);
+      res.set_header("Connection", "close");  // its body, if any, was not read
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   // httplib's own refusals (413, 404, 400 on a bad request line) in
   // OpenAI's shape too.

@@ -1,7 +1,8 @@
 // weft serve: the state store's URL, and the dir:// store.
 //
 // dir:///path: per conversation id, `<id>.meta` (one line: version, holder,
-// lease node, lease expiry in ms since the epoch, state size) and
+// lease node, lease expiry in ms since the epoch, state size, and the
+// owner's key id when it has one) and
 // `<id>.<version>.state` (the bytes). Every change takes an exclusive
 // flock(2) on `<id>.lock`, writes the new state file and then the record
 // (each a temporary file, fsync, rename), and only then removes the older
@@ -49,6 +50,7 @@ struct DirRecord {
   std::string lease_node;
   std::int64_t lease_until = 0;
   std::uint64_t bytes = 0;
+  std::string owner;
 };
 
 class DirStore final : public StateStore {
@@ -66,14 +68,20 @@ class DirStore final : public StateStore {
     r.lease_node = node;
     r.lease_until = now_ms() + lease.count();
     write_record(id, r);
-    return {r.version, r.holder, r.bytes};
+    return {r.version, r.holder, r.bytes, r.owner};
+  }
+
+  StoreRecord peek(const std::string &id) override {
+    Locked l(*this, id, LOCK_SH);
+    const DirRecord r = read_record(id);
+    return {r.version, r.holder, r.bytes, r.owner};
   }
 
   std::optional<StoredState> load(const std::string &id) override {
     Locked l(*this, id, LOCK_SH);
     const DirRecord r = read_record(id);
     if (r.version == 0) return std::nullopt;
-    StoredState s{r.version, {}};
+    StoredState s{r.version, {}, r.owner};
     const fs::path p = state_path(id, r.version);
     std::ifstream in(p, std::ios::binary);
     if (!in) unavailable(fmt::format("cannot read {}", p.string()));
@@ -85,7 +93,7 @@ class DirStore final : public StateStore {
   }
 
   std::uint64_t commit(const std::string &id, const std::string &node, std::uint64_t expected,
-                       const std::vector<std::uint8_t> &bytes) override {
+                       const std::vector<std::uint8_t> &bytes, const std::string &owner) override {
     check_size(id, bytes.size());
     Locked l(*this, id, LOCK_EX);
     DirRecord r = read_record(id);
@@ -99,6 +107,7 @@ class DirStore final : public StateStore {
     write_file(state_path(id, old + 1), bytes.data(), bytes.size());
     r.version = old + 1;
     r.holder = node;
+    r.owner = owner;
     r.lease_node.clear();
     r.lease_until = 0;
     r.bytes = bytes.size();
@@ -208,12 +217,14 @@ class DirStore final : public StateStore {
       throw StoreError(StoreErrc::corrupt, fmt::format("{} is not a store record: '{}'", p.string(), line.substr(0, 200)));
     r.holder = holder == "-" ? "" : holder;
     r.lease_node = lease == "-" ? "" : lease;
+    ss >> r.owner;  // absent in records written without keys
     return r;
   }
 
   void write_record(const std::string &id, const DirRecord &r) const {
-    const std::string line = fmt::format("{} {} {} {} {}\n", r.version, r.holder.empty() ? "-" : r.holder,
-                                         r.lease_node.empty() ? "-" : r.lease_node, r.lease_until, r.bytes);
+    const std::string line = fmt::format("{} {} {} {} {}{}{}\n", r.version, r.holder.empty() ? "-" : r.holder,
+                                         r.lease_node.empty() ? "-" : r.lease_node, r.lease_until, r.bytes,
+                                         r.owner.empty() ? "" : " ", r.owner);
     write_file(record_path(id), line.data(), line.size());
   }
 

@@ -2,7 +2,8 @@
 //
 // A store keeps, per conversation id, the state bytes (Conversation::save())
 // and a small record: the version (how many times it was written; 0 = never),
-// the node that wrote it last (the one holding it), and the advance lease —
+// the node that wrote it last (the one holding it), the owner (the id of the
+// API key that made it, keys.hpp; empty without keys), and the advance lease —
 // the one node allowed to advance it now, until an expiry. A node takes the
 // lease before a turn (acquire) and gives it back with the turn's state
 // (commit, a compare-and-set on the version), so two nodes never advance the
@@ -49,11 +50,13 @@ struct StoreRecord {
   std::uint64_t version = 0;  // 0: nothing stored under this id
   std::string holder;         // the node that wrote the current version
   std::uint64_t bytes = 0;    // size of the current state
+  std::string owner;          // the key id that owns it; empty: none
 };
 
 struct StoredState {
   std::uint64_t version = 0;
   std::vector<std::uint8_t> bytes;
+  std::string owner;
 };
 
 class StateStore {
@@ -66,12 +69,14 @@ class StateStore {
   virtual StoreRecord acquire(const std::string &id, const std::string &node, std::chrono::milliseconds lease) = 0;
   // The stored state, or nullopt when there is none. Throws unavailable.
   virtual std::optional<StoredState> load(const std::string &id) = 0;
+  // The record alone (version 0: none), changing nothing. Throws unavailable.
+  virtual StoreRecord peek(const std::string &id) = 0;
   // Writes `bytes` as version `expected + 1` when the stored version is
   // `expected` (0: the id must be new) and no other node holds a live lease;
-  // records `node` as the holder and ends the lease. Returns the new version.
-  // Throws conflict / leased / too_large / unavailable.
+  // records `node` as the holder and `owner`, and ends the lease. Returns the
+  // new version. Throws conflict / leased / too_large / unavailable.
   virtual std::uint64_t commit(const std::string &id, const std::string &node, std::uint64_t expected,
-                               const std::vector<std::uint8_t> &bytes) = 0;
+                               const std::vector<std::uint8_t> &bytes, const std::string &owner) = 0;
   // Extends `node`'s lease on `id` by `lease` only while it still holds a
   // live one (a turn still running): never takes a lease a commit or
   // release ended meanwhile. Returns whether it did. Throws unavailable.
