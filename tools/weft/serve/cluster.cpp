@@ -82,6 +82,9 @@ std::shared_ptr<ConvEntry> Cluster::find(const std::string &id, const Caller &wh
   if (auto e = ctx_.registry.find(id)) return mine(std::move(e));  // loaded meanwhile
   std::optional<StoredState> s;
   try {
+    // The record first: another key's state is not even read.
+    const StoreRecord rec = store_->peek(id);
+    if (rec.version == 0 || !who.may_use(rec.owner)) throw conversation_not_found(id);
     const auto t0 = std::chrono::steady_clock::now();
     s = store_->load(id);
     count(op_read, t0, s ? s->bytes.size() : 0);
@@ -89,7 +92,7 @@ std::shared_ptr<ConvEntry> Cluster::find(const std::string &id, const Caller &wh
   } catch (const StoreError &e) {
     raise(e, id);
   }
-  // Another key's: as if there were none, and not loaded.
+  // Another key's (made again since the peek): as if there were none, and not loaded.
   if (!s || !who.may_use(s->owner)) throw conversation_not_found(id);
   auto entry = load_into_registry(id, *s);
   local_[id] = Local{.version = s->version};
