@@ -31,27 +31,29 @@ float get_f32(const gguf_context *g, const char *key) {
   return gguf_get_val_f32(g, i);
 }
 
-struct SchedFree {
+constexpr std::size_t kGraph = 16384;
+
+}  // namespace
+
+// Named, not anonymous: NpcGraph::Impl holds them, and a unity build would
+// warn of a type with linkage using the anonymous namespace.
+struct TrainSchedFree {
   void operator()(ggml_backend_sched *s) const { ggml_backend_sched_free(s); }
 };
-using SchedPtr = std::unique_ptr<ggml_backend_sched, SchedFree>;
-
-constexpr std::size_t kGraph = 16384;
+using TrainSchedPtr = std::unique_ptr<ggml_backend_sched, TrainSchedFree>;
 
 // One graph with its own tensors and scheduler: ggml's allocator keeps a
 // tensor's address once given, so graphs that shared tensors could not be
 // allocated in turn (ggml-opt copies its graphs for the same reason).
-struct Pass {
+struct TrainPass {
   GgmlPtr ctx;
-  SchedPtr sched;
+  TrainSchedPtr sched;
   ggml_cgraph *graph = nullptr;
   NpcActs acts;
   ggml_tensor *loss = nullptr, *pred = nullptr;
   std::vector<ggml_tensor *> grads;
   bool allocated = false;
 };
-
-}  // namespace
 
 struct NpcGraph::Impl {
   NpcGraphSpec spec;
@@ -67,8 +69,8 @@ struct NpcGraph::Impl {
   ggml_tensor *labels = nullptr;       // f32 one-hot [n_vocab, N]
   ggml_tensor *one = nullptr;          // the loss's own gradient, 1
   ggml_tensor *adamw_pars = nullptr;   // f32 [7], as ggml_opt_step_adamw reads them
-  Pass eval, train;                    // train: training graphs only
-  const Pass *last = nullptr;          // the pass logits() reads
+  TrainPass eval, train;                    // train: training graphs only
+  const TrainPass *last = nullptr;          // the pass logits() reads
   std::int64_t iter = 1;               // AdamW's bias correction counts from 1
   std::vector<float> labels_host;
 
@@ -95,8 +97,8 @@ struct NpcGraph::Impl {
 
   // The forward pass with its loss and prediction; with `grads` the backward
   // pass too; with `step` also one AdamW update of every weight after it.
-  Pass make_pass(bool grads, bool step) {
-    Pass p;
+  TrainPass make_pass(bool grads, bool step) {
+    TrainPass p;
     ggml_init_params cp{ggml_tensor_overhead() * kGraph + ggml_graph_overhead_custom(kGraph, false), nullptr, true};
     p.ctx.reset(ggml_init(cp));
     ggml_context *ctx = p.ctx.get();
@@ -127,7 +129,7 @@ struct NpcGraph::Impl {
   }
 
   // The inputs are set; computes the pass (allocated on first use).
-  void compute(Pass &p) {
+  void compute(TrainPass &p) {
     if (!p.allocated) {
       if (!ggml_backend_sched_alloc_graph(p.sched.get(), p.graph)) fail(Errc::backend, "training graph: could not allocate");
       p.allocated = true;
@@ -138,7 +140,7 @@ struct NpcGraph::Impl {
     last = &p;
   }
 
-  void tally(const Pass &pass, NpcTally *t, const std::int32_t *labels_in) {
+  void tally(const TrainPass &pass, NpcTally *t, const std::int32_t *labels_in) {
     if (t == nullptr) return;
     float l = 0;
     ggml_backend_tensor_get(pass.loss, &l, 0, sizeof l);
@@ -294,7 +296,7 @@ std::vector<std::vector<float>> NpcGraph::gradients(const std::int32_t *tokens, 
     ggml_backend_tensor_get(t, out.back().data(), 0, ggml_nbytes(t));
   };
   if (!automatic) {
-    Pass p = m.make_pass(true, false);
+    TrainPass p = m.make_pass(true, false);
     m.compute(p);
     m.last = nullptr;
     for (ggml_tensor *d : p.grads) read(d);
@@ -317,7 +319,7 @@ std::vector<std::vector<float>> NpcGraph::gradients(const std::int32_t *tokens, 
     ggml_build_forward_expand(gb, d);
   }
   ggml_backend_t backends[] = {m.backend};
-  SchedPtr sched(ggml_backend_sched_new(backends, nullptr, 1, kGraph, false, false));
+  TrainSchedPtr sched(ggml_backend_sched_new(backends, nullptr, 1, kGraph, false, false));
   if (!ggml_backend_sched_alloc_graph(sched.get(), gb)) fail(Errc::backend, "training graph: could not allocate");
   ggml_graph_reset(gb);  // the loss's own gradient 1
   if (ggml_backend_sched_graph_compute(sched.get(), gb) != GGML_STATUS_SUCCESS) {

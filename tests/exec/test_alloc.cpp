@@ -15,6 +15,12 @@ thread_local bool t_counting = false;
 thread_local std::size_t t_allocs = 0;
 }  // namespace
 
+// These replace the global operators, so free() is their matching release;
+// GCC inlines the pair and mistakes it for new/free.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
 void *operator new(std::size_t n) {
   if (t_counting) ++t_allocs;
   if (void *p = std::malloc(n == 0 ? 1 : n)) return p;
