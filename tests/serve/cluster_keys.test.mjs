@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import fs from "node:fs";
 import { need, tmpDir, startRedis, startNode, startNginx, getJson, redisCli, storeVersion } from "./cluster_helpers.mjs";
+import { callWithKey, stateWithKey } from "./helpers.mjs";
 
 need("redis-server", "redis-cli", "nginx");
 
@@ -15,17 +16,7 @@ const KA = "key-alice-0123456789", KB = "key-bob-0123456789ab", KADMIN = "key-ad
 const keys = ["--api-key", KA, "--api-key", KB, "--admin-key", KADMIN];
 const keyId = (k) => createHash("sha256").update(k).digest("hex").slice(0, 32);
 
-function call(url, key, method = "GET", body) {
-  const headers = key ? { authorization: `Bearer ${key}` } : {};
-  if (body !== undefined) headers["content-type"] = Buffer.isBuffer(body) ? "application/octet-stream" : "application/json";
-  return getJson(url, { method, headers, body: body === undefined || Buffer.isBuffer(body) ? body : JSON.stringify(body) });
-}
-async function stateOf(url, key, id) {
-  const r = await fetch(`${url}/v1/conversations/${id}/state`, { headers: { authorization: `Bearer ${key}` },
-    signal: AbortSignal.timeout(30000) });
-  assert.equal(r.status, 200);
-  return Buffer.from(await r.arrayBuffer());
-}
+const call = callWithKey, stateOf = stateWithKey;
 const listed = async (url, key) => (await call(`${url}/v1/conversations`, key)).body.data.map((c) => c.id);
 
 // Every conversation route as `key` on `id`: each must be 404 conversation_not_found.

@@ -93,6 +93,22 @@ export async function getJson(url, init) {
 export const postJson = (url, body, method = "POST") =>
   getJson(url, { method, headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
 
+// A request with API key `key` (null: no Authorization header); `body` an
+// object (JSON) or a Buffer (state bytes).
+export function callWithKey(url, key, method = "GET", body) {
+  const headers = key ? { authorization: `Bearer ${key}` } : {};
+  if (body !== undefined) headers["content-type"] = Buffer.isBuffer(body) ? "application/octet-stream" : "application/json";
+  return getJson(url, { method, headers, body: body === undefined || Buffer.isBuffer(body) ? body : JSON.stringify(body) });
+}
+
+// Conversation `id`'s state bytes as `key` sees them (must answer 200).
+export async function stateWithKey(url, key, id) {
+  const r = await fetch(`${url}/v1/conversations/${id}/state`, { headers: { authorization: `Bearer ${key}` },
+    signal: AbortSignal.timeout(30000) });
+  if (r.status !== 200) throw new Error(`GET ${id}/state as that key: ${r.status}`);
+  return Buffer.from(await r.arrayBuffer());
+}
+
 // Reads an SSE response: the parsed `data:` events, and whether [DONE] came.
 export async function readSse(response, onEvent = () => {}) {
   const events = [];

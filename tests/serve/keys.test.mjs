@@ -10,24 +10,12 @@ import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { startServer, requireNpm, getJson, env, within, waitFor } from "./helpers.mjs";
+import { startServer, requireNpm, getJson, env, within, waitFor, callWithKey, stateWithKey } from "./helpers.mjs";
 
 const OpenAI = requireNpm("openai");
 const KA = "key-alice-0123456789", KB = "key-bob-0123456789ab", KADMIN = "key-admin-0123456789";
 
-// A request with `key` (null: no Authorization header); `body` an object
-// (JSON) or a Buffer (state bytes).
-function call(url, key, method = "GET", body) {
-  const headers = key ? { authorization: `Bearer ${key}` } : {};
-  if (body !== undefined) headers["content-type"] = Buffer.isBuffer(body) ? "application/octet-stream" : "application/json";
-  return getJson(url, { method, headers, body: body === undefined || Buffer.isBuffer(body) ? body : JSON.stringify(body) });
-}
-async function stateOf(url, key, id) {
-  const r = await fetch(`${url}/v1/conversations/${id}/state`, { headers: { authorization: `Bearer ${key}` },
-    signal: AbortSignal.timeout(30000) });
-  assert.equal(r.status, 200);
-  return Buffer.from(await r.arrayBuffer());
-}
+const call = callWithKey, stateOf = stateWithKey;
 
 function assert401(r, what) {
   assert.equal(r.status, 401, `${what}: ${JSON.stringify(r.body)}`);
