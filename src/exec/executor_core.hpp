@@ -281,6 +281,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // embeddings batch, predicted apart, fit `seconds` (schedule.cpp).
   // Returns what both are predicted to take then (StepPlan::image_step_need).
   double fit_image_rows_locked(double seconds, double depth, std::uint32_t &token_budget, std::uint32_t free_cells);
+  double planned_depth_locked() const;  // mean position of the planned tokens
   // Decodes the plan's images in embeddings batches (mu released around
   // each llama_decode) and commits them.
   void run_media_locked(std::vector<MediaSegment> &segments, StepResult &result, std::unique_lock<std::mutex> &lock);

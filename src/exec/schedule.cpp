@@ -243,6 +243,15 @@ void ExecutorCore::reuse_locked(Conv &c) {
   c.has_logits = false;
 }
 
+double ExecutorCore::planned_depth_locked() const {
+  double sum = 0, tokens = 0;
+  for (const auto &e : scratch.planning.entries) {
+    sum += e.n_tokens * (scratch.planning.convs[e.index]->n_decoded() + (e.n_tokens - 1) / 2.0);
+    tokens += e.n_tokens;
+  }
+  return tokens > 0 ? sum / tokens : 0;
+}
+
 double ExecutorCore::fit_image_rows_locked(double seconds, double depth, std::uint32_t &token_budget,
                                            std::uint32_t free_cells) {
   // Image rows go in an embeddings batch of their own: two decodes, each
@@ -377,6 +386,7 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
     // Images first (each waited for its encoder); their batch's time comes
     // off what the tokens get.
     plan_media_locked(out.media, token_budget, free_cells, timed ? &left : nullptr);
+    const std::uint32_t token_cap = token_budget;
     if (timed && !scratch.planning.candidates.empty()) {
       // Each adapter group is a llama_decode of its own, and each switch
       // re-reserves llama.cpp's graph: what they cost comes off the budget.
@@ -390,6 +400,22 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
       }
     }
     plan_batch(scratch.planning.candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps}, scratch.planning.entries);
+    // With flash attention the depth is the planned tokens' mean position, and
+    // the estimate above weighs each prompt by all it wants, which a tight
+    // budget does not give it (a 256-token arrival put it at 127 while the
+    // steps ran at 37, and one token was priced at 6x): fit the budget at
+    // the plan's own depth, at most twice, only shrinking the second time.
+    for (int again = 0; timed && token_budget > 0 && !depth_is_cells() && !scratch.planning.entries.empty() && again < 2;
+         ++again) {
+      const double planned = planned_depth_locked();
+      std::uint32_t fit = cost.tokens_within(left - group_overhead_locked(planned), planned, token_cap);
+      if (again == 1) fit = std::min(fit, token_budget);
+      depth = planned;
+      if (fit == token_budget) break;
+      token_budget = fit;
+      plan_batch(scratch.planning.candidates, {token_budget, free_cells, params.max_prompt_chunk, stats.steps},
+                 scratch.planning.entries);
+    }
     out.image_step_need = 0;
     if (timed && media_rows_wanted > 0) {
       out.image_step_need = fit_image_rows_locked(left - group_overhead_locked(depth), depth, token_budget, free_cells);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "common.hpp"
+#include "exec/test_access.hpp"
 #include "reference.hpp"
 
 using weft::Errc;
@@ -345,5 +346,50 @@ TEST(Liveness, GenerationsThatOutgrowTheCellsTakeTurns) {
     }
     ASSERT_TRUE(c.has_logits());
     EXPECT_LT(weft_test::nmse(c.logits(), weft_test::reference_logits(m, c.tokens())), weft_test::logits_tolerance(m));
+  }
+}
+
+// With flash attention a time budget is fitted at the mean position of the
+// tokens it plans. An arriving 256-token prompt must not price the
+// generating conversations' tokens as if all its tokens came along (on
+// `small`, 60 ms frames: the estimate read 127 while the steps ran at 37,
+// one token was priced at 6x what it took, and eight NPCs got a token every
+// eighth frame). The cost model is planted with a steep depth term, so the
+// plan's depth decides how many tokens fit.
+TEST(Liveness, ATimeBudgetIsFittedAtThePlannedTokensDepth) {
+  const auto &m = weft_test::tiny();
+  for (unsigned seed = 1; seed <= 5; ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    std::mt19937 rng(seed);
+    weft::Executor ex(m, {.n_ctx = 4096, .n_batch = 512, .n_seq_max = 8, .n_threads = 1,
+                          .flash_attn = weft::FlashAttention::enabled});
+    std::vector<weft::Conversation> talkers;
+    std::vector<weft::Generation> gens;
+    const int depth = static_cast<int>(uniform(rng, 24, 40));
+    add_talkers(ex, rng, 4, depth, talkers, gens);
+    ex.step();  // their prompts: each has a sampled token queued at `depth`
+    auto arrival = ex.create();
+    arrival.prompt(random_tokens(rng, m, 256, true));
+
+    // seconds = 1 ms + n * (5 ms + 300 ms * depth / 1024), every small size
+    // seen at two depths, so the line and the table agree.
+    auto &cost = weft::detail::TestAccess::core(ex).cost;
+    cost = weft::detail::CostModel();
+    for (int k = 0; k < 40; ++k) {
+      for (std::uint32_t n = 1; n <= 16; ++n) {
+        for (double d : {30.0, 130.0}) cost.observe(n, d, 1e-3 + n * (5e-3 + 0.3 * d / 1024));
+      }
+    }
+    // At the talkers' depth 100 ms fits 6 tokens (1 + 13.8 n ms, times the
+    // margin); at the mean position of everything queued (~125) only 2.
+    const std::uint32_t at_talkers = cost.tokens_within(0.1, depth + 1.0, 512);
+    ASSERT_GE(at_talkers, 5u);
+    ASSERT_LE(cost.tokens_within(0.1, 125.0, 512), 2u);
+    const auto r = ex.step({.max_time = std::chrono::milliseconds(100)});
+    // Every talker's token and the arrival's turn; never more than fits.
+    EXPECT_GE(r.tokens_decoded, 5u);
+    EXPECT_LE(r.tokens_decoded, at_talkers + 2u);
+    for (auto &t : talkers) EXPECT_EQ(t.n_decoded(), static_cast<std::uint32_t>(depth) + 1u);
+    EXPECT_GE(arrival.n_decoded(), 1u);
   }
 }
