@@ -64,11 +64,14 @@ class CostModel {
   // estimate of the 99th percentile of (actual / predicted) for its size
   // class (under 64 tokens, or not), at least 1. A plan must fit the budget
   // at the 99th percentile of steps, not on average, so tokens_within()
-  // plans against predictions times this. It starts at 1.1 (small) and 1.25
-  // (large): a frame sees few prompt chunks, too few to learn a tail from,
-  // and their cost scatters by that much (45-78 us a token across one run
-  // on tiny). From there it rises fast when a decode overruns it and falls
-  // slowly (0.0002 a decode) when none does.
+  // plans against predictions times this. It starts at 1.25 for both: a
+  // frame sees few prompt chunks, too few to learn a tail from, and their
+  // cost scatters by that much (45-78 us a token across one run on tiny);
+  // small sizes scatter as much on `small` at one thread (a decode of 5-9
+  // tokens: median 41-58 ms, up to 80), where a start at 1.1 missed p99 <=
+  // 1.1x a 60 ms budget in 2 of 3 runs of 150 frames while it learned. From
+  // there it rises fast when a decode overruns it and falls slowly (0.0002
+  // a decode) when none does.
   double margin(std::uint32_t tokens) const noexcept { return margin_[tokens >= kSmall ? 1 : 0]; }
 
   // What else a step's plan budgets for, learned from what ran.
@@ -111,7 +114,7 @@ class CostModel {
   std::uint64_t samples_ = 0;
   double switch_s_ = 0;
   bool switch_seen_ = false;
-  std::array<double, 2> margin_{1.1, 1.25};  // small sizes, large ones
+  std::array<double, 2> margin_{1.25, 1.25};  // small sizes, large ones
   double sample_s_ = 0, media_batch_s_ = 0, image_step_margin_ = 1.25, encode_slowdown_ = 1.0;
 };
 
