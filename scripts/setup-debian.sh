@@ -5,7 +5,7 @@ set -eu
 
 pkgs="build-essential cmake ninja-build ccache git pkg-config ca-certificates
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-      mono-mcs mono-runtime chromium libhiredis-dev redis-server nginx
+      mono-mcs mono-runtime chromium libhiredis-dev redis-server nginx openssl
       g++-mingw-w64-x86-64-posix wine64"
 # mono-mcs/mono-runtime: the C# binding is compiled and tested under Mono,
 # the runtime Unity embeds (bindings/csharp).
@@ -14,7 +14,8 @@ pkgs="build-essential cmake ninja-build ccache git pkg-config ca-certificates
 # chromium: the `weft serve` dashboard test drives it headless through
 # puppeteer-core (tests/serve).
 # libhiredis-dev: `weft serve --store redis://...`; redis-server and nginx:
-# the cluster tests start them on free ports (tests/serve, docs/DEPLOYING.md).
+# the cluster tests start them on free ports (tests/serve, docs/DEPLOYING.md);
+# openssl: cluster_tls makes its self-signed certificate.
 # npm fetches the pinned llama.cpp and the serve tests' npm clients; node
 # runs those tests. Any npm and node on PATH will do.
 command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"

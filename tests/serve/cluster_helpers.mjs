@@ -43,6 +43,14 @@ export function freePort() {
   });
 }
 
+function portOpen(port) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, "127.0.0.1");
+    s.once("connect", () => { s.destroy(); resolve(true); });
+    s.once("error", () => resolve(false));
+  });
+}
+
 function track(child, name) {
   children.add(child);
   let out = "";
@@ -112,20 +120,25 @@ export async function startNode(extra = [], { ctx = 2048, parallel = 8, threads 
   return { ...n, url, port: Number(new URL(url).port) };
 }
 
-// nginx from tests/serve/nginx-weft.conf.in in front of `nodes`.
-export async function startNginx(dir, nodes) {
+// nginx from tests/serve/nginx-weft.conf.in in front of `nodes`; with `tls`
+// ({ cert, key }: PEM files) it terminates TLS, and `url` is https://.
+export async function startNginx(dir, nodes, { tls } = {}) {
   const port = await freePort();
   const servers = nodes.map((n) => `    server 127.0.0.1:${n.port} max_fails=1 fail_timeout=10s;`).join("\n");
   const conf = fs.readFileSync(path.join(here, "nginx-weft.conf.in"), "utf8")
-    .replaceAll("@DIR@", dir).replaceAll("@PORT@", String(port)).replace("@SERVERS@", servers);
+    .replaceAll("@DIR@", dir).replaceAll("@PORT@", String(port)).replace("@SERVERS@", servers)
+    .replace("@SSL@", tls ? " ssl" : "")
+    .replace("@TLS@", tls ? `    ssl_certificate ${tls.cert};\n    ssl_certificate_key ${tls.key};` : "");
   const file = path.join(dir, "nginx.conf");
   fs.writeFileSync(file, conf);
   const child = spawn(which("nginx"), ["-c", file, "-p", dir, "-e", path.join(dir, "error.log")],
     { stdio: ["ignore", "pipe", "pipe"] });
   const n = track(child, "nginx");
-  const url = `http://127.0.0.1:${port}`;
+  const url = `${tls ? "https" : "http"}://127.0.0.1:${port}`;
   await waitFor(async () => {
     if (!n.alive()) throw new Error(`nginx exited:\n${n.log()}\n${fs.readFileSync(path.join(dir, "error.log"), "utf8")}`);
+    // (Over TLS the test's own client, which trusts the certificate, asks.)
+    if (tls) return portOpen(port);
     try { return (await getJson(url + "/health")).status === 200; } catch { return false; }
   }, 10000, "nginx to answer /health");
   return { ...n, url, port };
