@@ -175,7 +175,8 @@ std::size_t KeyRing::size() const { return current()->size(); }
 
 std::size_t KeyRing::admins() const {
   std::size_t n = 0;
-  for (const auto &e : *current()) n += e.admin ? 1 : 0;
+  const auto set = current();
+  for (const auto &e : *set) n += e.admin ? 1 : 0;
   return n;
 }
 
@@ -184,9 +185,12 @@ KeyCheck KeyRing::check(std::string_view authorization) const {
   const std::string_view token = bearer_token(authorization);
   if (token.empty()) return {KeyVerdict::missing, {}};
   const Digest d = sha256(token);
-  // Every entry, every byte: no early exit.
+  // Every entry, every byte: no early exit. The set is held for the loop:
+  // `for (e : *current())` let a SIGHUP reload free it mid-loop (the
+  // shared_ptr temporary dies before the loop runs; TSan, serve_keys).
   bool found = false, admin = false;
-  for (const auto &e : *current()) {
+  const auto set = current();
+  for (const auto &e : *set) {
     const bool eq = digests_equal(d, e.digest);
     found |= eq;
     admin |= (eq && e.admin);
