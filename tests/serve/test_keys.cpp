@@ -3,9 +3,12 @@
 // their reload, and what each key may see.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <unistd.h>
 
@@ -136,6 +139,40 @@ TEST(ServeKeys, KeyFileAndReload) {
   } catch (const weft::Error &e) {
     EXPECT_EQ(e.code(), weft::Errc::io);
   }
+}
+
+// Requests check keys on the server's threads while SIGHUP reloads the file
+// on the main thread: every check sees one whole key set, the old or the new
+// (Alice's key is in both, Bob's only in the second). Under TSan (the tsan
+// preset runs the serve label) this found the set freed mid-check.
+TEST(ServeKeys, ChecksDuringReloadsSeeOneWholeSet) {
+  const auto path = std::filesystem::temp_directory_path() / ("weft-test-keys-race-" + std::to_string(::getpid()) + ".txt");
+  const std::string sets[2] = {"key-alice-0123456789\nkey-carol-0123456789\n",
+                               "key-alice-0123456789\nkey-bob-0123456789ab\nadmin key-admin-0123456789\n"};
+  std::ofstream(path) << sets[0];
+  KeyRing ring(KeyOptions{.key_file = path.string()});
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong_alice{0}, checks{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&] {
+      while (!stop.load()) {
+        if (ring.check("Bearer key-alice-0123456789").verdict != KeyVerdict::ok) ++wrong_alice;
+        const auto bob = ring.check("Bearer key-bob-0123456789ab").verdict;
+        if (bob != KeyVerdict::ok && bob != KeyVerdict::wrong) ++wrong_alice;
+        ++checks;
+      }
+    });
+  }
+  for (int i = 0; i < 300; ++i) {
+    std::ofstream(path) << sets[i % 2];
+    ring.reload();
+  }
+  stop = true;
+  for (auto &t : readers) t.join();
+  std::filesystem::remove(path);
+  EXPECT_EQ(wrong_alice.load(), 0);
+  EXPECT_GT(checks.load(), 0);
 }
 
 TEST(ServeKeys, MetricsKey) {
