@@ -46,12 +46,13 @@ export async function waitFor(pred, ms, what) {
   }
 }
 
-export async function startServer(extra = []) {
+// `ctx`: KV cells, where a test needs more than serve_reference's shape.
+export async function startServer(extra = [], { ctx = shape.ctx } = {}) {
   // reference() runs synchronously and blocks this process's event loop; under
   // TSan it can outlast the 5 s default keep-alive, and the client then reuses
   // a connection the server has closed ("Connection error" with maxRetries 0).
   const keepAlive = extra.includes("--keep-alive-timeout") ? [] : ["--keep-alive-timeout", "60"];
-  const args = ["serve", "-m", env.model, "--port", "0", "--ctx", String(shape.ctx), "--parallel",
+  const args = ["serve", "-m", env.model, "--port", "0", "--ctx", String(ctx), "--parallel",
     String(shape.parallel), "--batch", String(shape.batch), "-t", String(shape.threads),
     "--flash-attn", "off", ...keepAlive, ...extra];  // serve_reference's kernel: replies are compared token for token
   const child = spawn(env.cli, args, { stdio: ["ignore", "pipe", "pipe"] });

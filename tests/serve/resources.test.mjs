@@ -110,8 +110,10 @@ test("metrics: counters, residency, the step histogram", async () => {
 });
 
 test("bad input and limits: the server refuses it and keeps serving", async () => {
+  // 8,000 tokens of `tiny` take ~2.5 s here, far past --timeout (900 took
+  // 0.27 s, and once finished inside it).
   const s = await startServer(["--max-conversations", "2", "--max-body-bytes", "4096", "--timeout", "0.3",
-    "--read-timeout", "2", "--max-tokens", "900"]);
+    "--read-timeout", "2", "--max-tokens", "8000"], { ctx: 8192 });
   try {
     const chatUrl = s.url + "/v1/chat/completions";
     const raw = (body) => getJson(chatUrl, { method: "POST", headers: { "content-type": "application/json" }, body });
@@ -130,7 +132,7 @@ test("bad input and limits: the server refuses it and keeps serving", async () =
 
     // --timeout: a long generation is cut with 504.
     const conv = (await postJson(s.url + "/v1/conversations", { prefix: "A" })).body.id;
-    r = await postJson(`${s.url}/v1/conversations/${conv}/messages`, { content: " long", max_tokens: 900, temperature: 0 });
+    r = await postJson(`${s.url}/v1/conversations/${conv}/messages`, { content: " long", max_tokens: 8000, temperature: 0 });
     assert.equal(r.status, 504, JSON.stringify(r.body));
     assert.equal(r.body.error.code, "request_timeout");
 
