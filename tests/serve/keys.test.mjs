@@ -2,7 +2,8 @@
 // client with right, wrong and missing keys (401 in OpenAI's shape); two keys
 // that cannot see each other's conversations (404 on every route, as for an
 // id that does not exist; the listing filtered) while an admin key sees
-// both; random ids; --key-max-conversations; no keys on a non-loopback host
+// both; random ids; --key-max-conversations, --key-max-streams and
+// --key-tokens-per-minute; no keys on a non-loopback host
 // refused; the key file read again on SIGHUP.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -271,5 +272,71 @@ test("SIGHUP reads the key file again: an added key works, a removed one gets 40
   } finally {
     assert.equal((await s.stop()).code, 0);
     fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("--key-max-streams: a key's second generation at once is 429 too_many_streams; other keys go on", { timeout: 90000 }, async () => {
+  const s = await startServer(["--api-key", KA, "--api-key", KB, "--key-max-streams", "1", "--max-tokens", "8000"],
+    { ctx: 8192 });
+  const client = (apiKey) => new OpenAI({ baseURL: s.url + "/v1", apiKey, maxRetries: 0, timeout: 30000 });
+  const req = { model: "tiny", messages: [{ role: "user", content: "Hello" }], max_tokens: 4, temperature: 0 };
+  try {
+    // A long stream of A's (8,000 tokens: seconds on tiny), held open.
+    const stream = await client(KA).chat.completions.create({ ...req, max_tokens: 8000, ignore_eos: true, stream: true });
+    const it = stream[Symbol.asyncIterator]();
+    assert.equal((await it.next()).done, false);
+    await assert.rejects(client(KA).chat.completions.create(req), (e) => {
+      assert.ok(e instanceof OpenAI.RateLimitError, String(e));
+      assert.equal(e.status, 429);
+      assert.equal(e.code, "too_many_streams");
+      assert.equal(e.type, "rate_limit_error");
+      assert.equal(e.headers.get("retry-after"), "1");
+      assert.match(e.error.message, /this API key runs 1 generations on this server, its limit \(--key-max-streams 1\)/);
+      return true;
+    });
+    // A conversation's message is a generation too; creating one is not.
+    const conv = await call(s.url + "/v1/conversations", KA, "POST", { prefix: "Hi" });
+    assert.equal(conv.status, 201);
+    const m = await call(`${s.url}/v1/conversations/${conv.body.id}/messages`, KA, "POST", { content: " there", max_tokens: 2 });
+    assert.equal(m.status, 429, JSON.stringify(m.body));
+    assert.equal(m.body.error.code, "too_many_streams");
+    // Nothing of the refused message was queued.
+    assert.equal((await call(`${s.url}/v1/conversations/${conv.body.id}`, KA)).body.n_tokens, conv.body.n_tokens);
+    assert.equal((await client(KB).chat.completions.create(req)).choices.length, 1);
+    // The stream's client goes away: its slot comes back.
+    stream.controller.abort();
+    await waitFor(async () => (await call(`${s.url}/v1/conversations/${conv.body.id}/messages`, KA, "POST",
+      { content: " there", max_tokens: 2 })).status === 200, 20000, "A's slot to come back");
+  } finally {
+    await s.stop();
+  }
+});
+
+test("--key-tokens-per-minute: over it, 429 rate_limit_exceeded with Retry-After; other keys go on", { timeout: 60000 }, async () => {
+  const s = await startServer(["--api-key", KA, "--api-key", KB, "--key-tokens-per-minute", "30"]);
+  const client = (apiKey) => new OpenAI({ baseURL: s.url + "/v1", apiKey, maxRetries: 0, timeout: 30000 });
+  const req = { model: "tiny", messages: [{ role: "user", content: "Hello" }], max_tokens: 40, temperature: 0, ignore_eos: true };
+  try {
+    // Under the limit when admitted: it runs to its end, over the limit.
+    const first = await client(KA).chat.completions.create(req);
+    assert.equal(first.usage.completion_tokens, 40);
+    const used = first.usage.total_tokens;
+    assert.ok(used >= 30, `used ${used}`);
+    await assert.rejects(client(KA).chat.completions.create(req), (e) => {
+      assert.ok(e instanceof OpenAI.RateLimitError, String(e));
+      assert.equal(e.code, "rate_limit_exceeded");
+      // Every token of the first request counted: prompt and generated.
+      assert.match(e.error.message, new RegExp(`this API key used ${used} tokens in the last 60 s on this server, its limit \\(--key-tokens-per-minute 30\\); retry in [0-9.]+ s`));
+      const after = Number(e.headers.get("retry-after"));
+      assert.ok(Number.isInteger(after) && after >= 50 && after <= 60, `Retry-After ${after}`);
+      return true;
+    });
+    const conv = await call(s.url + "/v1/conversations", KA, "POST", {});
+    const m = await call(`${s.url}/v1/conversations/${conv.body.id}/messages`, KA, "POST", { content: "Hi", max_tokens: 2 });
+    assert.equal(m.status, 429);
+    assert.equal(m.body.error.code, "rate_limit_exceeded");
+    assert.equal((await client(KB).chat.completions.create({ ...req, max_tokens: 2 })).usage.completion_tokens, 2);
+  } finally {
+    await s.stop();
   }
 });

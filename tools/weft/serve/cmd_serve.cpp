@@ -109,6 +109,14 @@ void add_serve(CLI::App &app) {
   cmd->add_option("--key-max-conversations", o->key_max_conversations,
                   "Most live conversations one API key may hold on this node (0: no limit; more is 429)")
       ->capture_default_str()->check(CLI::Range(0u, 1u << 20));
+  cmd->add_option("--key-max-streams", o->key_max_streams,
+                  "Most generations one API key may run at once on this node, streamed or not "
+                  "(0: no limit; more is 429 too_many_streams)")
+      ->capture_default_str()->check(CLI::Range(0u, 1u << 20));
+  cmd->add_option("--key-tokens-per-minute", o->key_tokens_per_minute,
+                  "Most tokens (prompt and generated) one API key may use in any 60 s on this node; a request "
+                  "is admitted while the key is under it (0: no limit; over it is 429 rate_limit_exceeded)")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40));
   cmd->callback([o] {
     // SIGINT/SIGTERM/SIGHUP are taken by sigtimedwait below: blocked here,
     // before any thread starts, so every thread inherits the mask and no

@@ -109,7 +109,8 @@ void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response 
     if (!it->is_number_unsigned()) throw bad_param("if_version", "'if_version' must be a non-negative integer", "invalid_type");
     if_version = it->get<std::uint64_t>();
   }
-  auto turn = std::make_shared<Turn>(ctx.cluster->begin_turn(id_of(req), caller_of(ctx, req), if_version));
+  const Caller who = caller_of(ctx, req);
+  auto turn = std::make_shared<Turn>(ctx.cluster->begin_turn(id_of(req), who, if_version));
   TurnGuard guard{*ctx.cluster, turn};
   auto entry = turn->entry;
   std::string content;
@@ -127,7 +128,8 @@ void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response 
                                n_before, tokens.size(), n_ctx),
                    "content");
   auto g = parse_generation(body, ctx.opt.max_tokens, n_ctx - n_before - static_cast<std::uint32_t>(tokens.size()));
-  auto run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params, RunOptions{.ignore_eos = g.ignore_eos});
+  auto run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params,
+                                             RunOptions{.ignore_eos = g.ignore_eos, .key_id = who.key_id});
   const std::string id = entry->id;
   auto final_json = [id](const RunOutcome &o) {
     const auto c = o.result.tokens.size();

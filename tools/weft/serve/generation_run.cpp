@@ -26,6 +26,7 @@ GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry
     : ctx_(ctx), entry_(std::move(entry)), opt_(options) {
   if (ctx_.draining.load())
     throw ApiError(503, "server_error", "shutting_down", "the server is shutting down; no new generations");
+  lease_ = ctx_.key_limits.admit(opt_.key_id, KeyLimits::Clock::now());
   if (!entry_->try_claim())
     throw ApiError(409, "invalid_request_error", "conversation_busy",
                    fmt::format("conversation '{}' is generating for another request", entry_->id));
@@ -73,12 +74,14 @@ GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry
               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                   std::chrono::duration<double>(ctx_.opt.request_timeout_s));
   ctx_.counters.prompt_tokens += prompt_tokens_;
+  lease_.charge(prompt_tokens_, KeyLimits::Clock::now());
 }
 
 GenerationRun::~GenerationRun() {
   if (!claimed_) return;
   if (!gen_.done()) gen_.cancel();
   ctx_.counters.completion_tokens += gen_.n_tokens();
+  if (gen_.n_tokens() > charged_) lease_.charge(gen_.n_tokens() - charged_, KeyLimits::Clock::now());
   entry_->release();
   --ctx_.active_runs;
 }
@@ -110,7 +113,16 @@ std::string GenerationRun::next(std::chrono::milliseconds wait) {
       return !ch_->text.empty() || ch_->finished || (opt_.every_token && ch_->tokens != taken_);
     });
   taken_ = ch_->tokens;
-  return std::exchange(ch_->text, std::string());
+  std::string text = std::exchange(ch_->text, std::string());
+  lk.unlock();
+  charge_taken();
+  return text;
+}
+
+void GenerationRun::charge_taken() {
+  if (taken_ == charged_) return;
+  lease_.charge(taken_ - charged_, KeyLimits::Clock::now());
+  charged_ = taken_;
 }
 
 bool GenerationRun::finished() {

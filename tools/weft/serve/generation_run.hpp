@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "serve/key_limits.hpp"
 #include "serve/registry.hpp"
 #include "serve/serve_context.hpp"
 #include "weft/generation.hpp"
@@ -39,11 +40,16 @@ struct RunOptions {
   // next() returns on every token, not only on released text, so a stream
   // can report token counts as they grow.
   bool every_token = false;
+  // The caller's key (Caller::key_id), whose --key-max-streams and
+  // --key-tokens-per-minute the run counts against.
+  std::string key_id;
 };
 
 class GenerationRun {
  public:
-  // Claims the conversation (409 when a request already generates on it),
+  // Admits the run under the caller's key limits (429 too_many_streams or
+  // rate_limit_exceeded), claims the conversation (409 when a request
+  // already generates on it),
   // queues `prompt` (may be empty), starts generating with `params`
   // (on_token and on_finish are set here); the executor's worker takes it
   // up. Throws ApiError; a context-length refusal is 400
@@ -76,6 +82,7 @@ class GenerationRun {
     bool finished = false;     // on_finish ran: no more text comes
   };
   void enforce_limits();
+  void charge_taken();
 
   ServeContext &ctx_;
   std::shared_ptr<ConvEntry> entry_;
@@ -83,6 +90,8 @@ class GenerationRun {
   weft::Generation gen_;
   RunOptions opt_;
   std::uint32_t taken_ = 0;
+  std::uint32_t charged_ = 0;  // of taken_, counted against the key's tokens per minute
+  KeyLimits::Lease lease_;
   std::chrono::steady_clock::time_point deadline_;
   std::uint32_t prompt_tokens_ = 0;
   RunEnd end_ = RunEnd::normal;

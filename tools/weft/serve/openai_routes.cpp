@@ -148,7 +148,8 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
   try {
     run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params,
                                           RunOptions{.ignore_eos = g.ignore_eos,
-                                                     .every_token = g.stream && g.continuous_usage});
+                                                     .every_token = g.stream && g.continuous_usage,
+                                                     .key_id = who.key_id});
   } catch (...) {
     ctx.registry.remove(entry->id);
     throw;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "serve/cluster.hpp"
+#include "serve/key_limits.hpp"
 #include "serve/keys.hpp"
 #include "serve/registry.hpp"
 #include "serve/serve_options.hpp"
@@ -44,6 +45,7 @@ struct ServeContext {
   std::unique_ptr<weft::Executor> ex;
   std::unique_ptr<Stepper> stepper;
   Registry registry;
+  KeyLimits key_limits;  // --key-max-streams, --key-tokens-per-minute
   std::unique_ptr<Cluster> cluster;  // the state store's side (a no-op without --store)
   ServeCounters counters;
   std::atomic<bool> draining{false};    // SIGTERM: new work is refused (503)
@@ -52,7 +54,8 @@ struct ServeContext {
 
   ServeContext(ServeOptions o, std::unique_ptr<KeyRing> k, weft::Model m)
       : opt(std::move(o)), keys(std::move(k)), model(std::move(m)),
-        registry(opt.max_conversations, opt.key_max_conversations) {}
+        registry(opt.max_conversations, opt.key_max_conversations),
+        key_limits({.max_streams = opt.key_max_streams, .tokens_per_minute = opt.key_tokens_per_minute}) {}
 
   std::uint32_t n_ctx() const { return ex->n_ctx(); }
 };

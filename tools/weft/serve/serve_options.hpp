@@ -51,6 +51,8 @@ struct ServeOptions {
   std::string metrics_key;              // --metrics-key: /metrics takes this key (or an admin key)
   bool allow_unauthenticated = false;
   std::uint32_t key_max_conversations = 0;  // per key, on this node; 0: no limit
+  std::uint32_t key_max_streams = 0;        // generations per key at once, on this node; 0: no limit
+  std::uint64_t key_tokens_per_minute = 0;  // prompt + generated tokens per key in any 60 s, on this node; 0: no limit
 };
 
 }  // namespace weft_cli::serve
