@@ -51,6 +51,12 @@ struct ServeOptions {
   std::string metrics_key;              // --metrics-key: /metrics takes this key (or an admin key)
   bool allow_unauthenticated = false;
   std::uint32_t key_max_conversations = 0;  // per key, on this node; 0: no limit
+  // Images and audio (docs/SERVE.md, "Images and audio"): the model's
+  // projector; without one, requests with media are refused (400).
+  std::string mmproj;                       // --mmproj: projector GGUF path; empty: text only
+  bool allow_remote_media = false;          // fetch http:// image URLs (the server reaches out: off by default)
+  std::uint32_t max_media = 8;              // images and clips in one request
+  std::uint64_t max_media_bytes = 4u << 20; // one decoded image or WAV file
 };
 
 }  // namespace weft_cli::serve
