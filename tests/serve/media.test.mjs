@@ -46,15 +46,18 @@ function png(w, h, fn) {
   return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), pngChunk("IHDR", ihdr),
     pngChunk("IDAT", zlib.deflateSync(raw)), pngChunk("IEND", Buffer.alloc(0))]);
 }
-// A WAV file: `channels` arrays of samples; format 1 (PCM int16) or 3 (float32).
-function wav(channels, rate, format = 1) {
-  const n = channels[0].length, nc = channels.length, bytes = format === 1 ? 2 : 4;
+// A WAV file: `channels` arrays of samples; format 1 (PCM: int16 values,
+// written as `bits` 16, 24 or 32, scaled up) or 3 (float32).
+function wav(channels, rate, format = 1, bits = format === 1 ? 16 : 32) {
+  const n = channels[0].length, nc = channels.length, bytes = bits / 8;
   const data = Buffer.alloc(n * nc * bytes);
   for (let i = 0; i < n; i++)
     for (let c = 0; c < nc; c++) {
-      const at = (i * nc + c) * bytes;
-      if (format === 1) data.writeInt16LE(channels[c][i], at);
-      else data.writeFloatLE(channels[c][i], at);
+      const at = (i * nc + c) * bytes, v = channels[c][i];
+      if (format === 3) data.writeFloatLE(v, at);
+      else if (bits === 16) data.writeInt16LE(v, at);
+      else if (bits === 24) data.writeIntLE(v * 256, at, 3);
+      else data.writeInt32LE(v * 65536, at);
     }
   const fmt = Buffer.alloc(16);
   fmt.writeUInt16LE(format, 0);
@@ -62,7 +65,7 @@ function wav(channels, rate, format = 1) {
   fmt.writeUInt32LE(rate, 4);
   fmt.writeUInt32LE(rate * nc * bytes, 8);
   fmt.writeUInt16LE(nc * bytes, 12);
-  fmt.writeUInt16LE(bytes * 8, 14);
+  fmt.writeUInt16LE(bits, 14);
   const chunk = (id, b) => { const h = Buffer.alloc(8); h.write(id, 0, "ascii"); h.writeUInt32LE(b.length, 4); return Buffer.concat([h, b]); };
   const body = Buffer.concat([Buffer.from("WAVE", "ascii"), chunk("fmt ", fmt), chunk("data", data)]);
   const head = Buffer.alloc(8);
@@ -171,7 +174,7 @@ test("an image chat equals prompt_image on the library, text and usage", async (
   assert.equal(usage.prompt_tokens, refHot.prompt_tokens);
 });
 
-test("an audio chat equals prompt_audio on the library; float32 WAV gives the same", async () => {
+test("an audio chat equals prompt_audio on the library; 24-bit, 32-bit and float32 WAVs give the same", async () => {
   const req = chat([{ type: "text", text: "Listen: " }, audioPart(stereo), { type: "text", text: " What was it?" }]);
   const r = await clients.audio.chat.completions.create(req);
   const ref = refOf(req, [{ type: "text", text: "Listen: " }, { type: "audio_f32", path: pathAudio },
@@ -184,9 +187,14 @@ test("an audio chat equals prompt_audio on the library; float32 WAV gives the sa
   // The averaged samples as one float32 channel: the same clip to the model.
   const f32 = chat([{ type: "text", text: "Listen: " }, audioPart(wav([Array.from(mono)], 16000, 3)),
     { type: "text", text: " What was it?" }]);
-  const r2 = await clients.audio.chat.completions.create(f32);
-  assert.equal(r2.choices[0].message.content, r.choices[0].message.content);
-  assert.equal(r2.usage.prompt_tokens, r.usage.prompt_tokens);
+  // The same int16 values at 24 and 32 bits: the same samples once scaled.
+  const wide = [24, 32].map((bits) => chat([{ type: "text", text: "Listen: " }, audioPart(wav([left, right], 16000, 1, bits)),
+    { type: "text", text: " What was it?" }]));
+  for (const other of [f32, ...wide]) {
+    const r2 = await clients.audio.chat.completions.create(other);
+    assert.equal(r2.choices[0].message.content, r.choices[0].message.content);
+    assert.equal(r2.usage.prompt_tokens, r.usage.prompt_tokens);
+  }
 });
 
 test("an http:// image is fetched with --allow-remote-media, as its data URL", async () => {
@@ -231,6 +239,16 @@ test("every refusal is the right 400, and the server goes on serving", async () 
   await refused("audio", [audioPart(stereo, "mp3")], "unsupported_audio_format", /'mp3'/);
   await refused("audio", [audioPart(Buffer.from("RIFF....WAVEjunk"))], "invalid_audio", /fmt chunk/);
   await refused("vision", [{ type: "text", text: "a <__media__> b" }, img], "invalid_value", /marker/, "messages");
+  // Media positions count against the context: 1,012 tokens of text fit 1,024 cells, an image more does not
+  // (counted before queueing); 297 tokens fit, a 750-position clip more does not (counted once queued).
+  for (const [name, words, part, message, param] of [
+    ["vision", 965, img, /the prompt is \d+ tokens, images' positions included/, "messages"],
+    ["audio", 250, audioPart(stereo), /does not fit the context/, null]]) {
+    const text = { type: "text", text: "stone ".repeat(words) };
+    const fits = await clients[name].chat.completions.create(chat([text], { max_tokens: 1 }));
+    assert.ok(fits.usage.prompt_tokens < 1024 && fits.usage.prompt_tokens > 250, String(fits.usage.prompt_tokens));
+    await refused(name, [text, part], "context_length_exceeded", message, param);
+  }
   // Still serving: text, and images, as before.
   const text = await clients.vision.chat.completions.create(chat("Hello"));
   assert.equal(text.choices[0].message.content, reference({ messages: chat("Hello").messages, max_tokens: 12,
