@@ -80,10 +80,11 @@ export async function startServer(extra = [], { ctx = shape.ctx } = {}) {
   };
 }
 
-// The same request on weft's C++ API, no server involved.
-export function reference(request) {
+// The same request on weft's C++ API, no server involved; with `mmproj`
+// (a projector path), messages may hold image_file and audio_f32 parts.
+export function reference(request, mmproj) {
   const out = execFileSync(env.reference, [env.model, String(shape.ctx), String(shape.parallel), String(shape.batch),
-    String(shape.threads), JSON.stringify(request)], { timeout: 60000, encoding: "utf8" });
+    String(shape.threads), JSON.stringify(request), ...(mmproj ? [mmproj] : [])], { timeout: 60000, encoding: "utf8" });
   return JSON.parse(out);
 }
 
@@ -136,6 +137,18 @@ export async function readSse(response, onEvent = () => {}) {
     }
   }
   return { events, done };
+}
+
+// CRC-32 (IEEE, as zlib's): states' trailing checksum, PNG chunks.
+const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
+  let c = n;
+  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+  return c >>> 0;
+});
+export function crc32(buf) {
+  let c = 0xffffffff;
+  for (const b of buf) c = CRC_TABLE[(c ^ b) & 0xff] ^ (c >>> 8);
+  return (c ^ 0xffffffff) >>> 0;
 }
 
 // Prometheus text -> { "name{labels}": value }.

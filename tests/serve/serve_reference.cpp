@@ -2,26 +2,85 @@
 // run straight on weft's C++ API, no HTTP, no server code. Prints one JSON
 // line: {"text", "prompt_tokens", "completion_tokens", "finish_reason"}.
 //
-//   serve_reference MODEL CTX PARALLEL BATCH THREADS REQUEST_JSON
+//   serve_reference MODEL CTX PARALLEL BATCH THREADS REQUEST_JSON [MMPROJ]
 //
 // REQUEST_JSON: {"messages": [...]} (formatted with ChatML, as the server
 // formats chats for a model without a template) or {"prompt": "..."} (raw
 // text, BOS first) or {"prompts": ["...", "..."]} (each prompted and fully
 // decoded before the next, as a conversation resource is prompted by
 // create then messages; BOS before the first), with "max_tokens", "temperature", "top_p", "seed",
-// "stop" as in the OpenAI request.
+// "stop" as in the OpenAI request. With MMPROJ (a projector for MODEL), a
+// message's content may be an array of parts: {"type": "text", "text"},
+// {"type": "image_file", "path"} (a PNG or JPEG, queued with
+// Conversation::prompt_image) and {"type": "audio_f32", "path"} (raw
+// little-endian f32 samples, queued with prompt_audio); the templated text is
+// queued piece by piece around them, and prompt_tokens counts every position.
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "weft/weft.hpp"
 
+namespace {
+
+std::vector<std::uint8_t> file_bytes(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// A message's content as text, the media marker where each media part was
+// (whose path and kind go to `media`, in order).
+std::string content_of(const nlohmann::json &c, std::vector<nlohmann::json> &media) {
+  if (c.is_string()) return c.get<std::string>();
+  std::string out;
+  for (const auto &part : c) {
+    if (part["type"] == "text") {
+      out += part["text"].get<std::string>();
+    } else {
+      out += weft::media_marker();
+      media.push_back(part);
+    }
+  }
+  return out;
+}
+
+// The chat on the library's own media calls: text between markers with
+// Conversation::prompt, images with prompt_image(file), clips with prompt_audio.
+void queue_chat(const weft::Model &model, weft::Conversation &conv, const std::string &text,
+                const std::vector<nlohmann::json> &media) {
+  const std::string marker(weft::media_marker());
+  std::size_t from = 0;
+  for (std::size_t i = 0; i <= media.size(); ++i) {
+    const auto at = i < media.size() ? text.find(marker, from) : std::string::npos;
+    if (i < media.size() && at == std::string::npos) throw std::runtime_error("the template lost a media marker");
+    const std::string piece = text.substr(from, at == std::string::npos ? std::string::npos : at - from);
+    if (!piece.empty()) conv.prompt(piece, {.add_bos = i == 0 && model.bos() >= 0, .parse_special = true});
+    if (i == media.size()) break;
+    const auto bytes = file_bytes(media[i]["path"].get<std::string>());
+    if (media[i]["type"] == "image_file") {
+      conv.prompt_image(bytes);
+    } else {
+      std::vector<float> samples(bytes.size() / sizeof(float));
+      std::memcpy(samples.data(), bytes.data(), samples.size() * sizeof(float));
+      conv.prompt_audio(samples);
+    }
+    from = at + marker.size();
+  }
+}
+
+}  // namespace
+
 int main(int argc, char **argv) {
-  if (argc != 7) {
-    std::fprintf(stderr, "usage: serve_reference MODEL CTX PARALLEL BATCH THREADS REQUEST_JSON\n");
+  if (argc != 7 && argc != 8) {
+    std::fprintf(stderr, "usage: serve_reference MODEL CTX PARALLEL BATCH THREADS REQUEST_JSON [MMPROJ]\n");
     return 2;
   }
   try {
@@ -33,9 +92,11 @@ int main(int argc, char **argv) {
     ep.n_batch = static_cast<std::uint32_t>(std::stoul(argv[4]));
     ep.n_threads = std::stoi(argv[5]);
     ep.flash_attn = weft::FlashAttention::disabled;  // as the servers under test (helpers.mjs)
+    if (argc == 8) ep.projector = weft::Projector::load(model, {.path = argv[7]});
     weft::Executor ex(model, ep);
 
     std::vector<weft::Token> prompt;
+    bool queued = false;  // the prompt went in already (in pieces, or turn by turn)
     auto conv = ex.create();
     if (req.contains("prompts")) {
       for (const auto &p : req["prompts"]) {
@@ -47,9 +108,16 @@ int main(int argc, char **argv) {
       }
     } else if (req.contains("messages")) {
       std::vector<weft::ChatMessage> msgs;
-      for (const auto &m : req["messages"]) msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-      prompt = model.tokenize(model.apply_chat_template(msgs, true, "chatml"),
-                              {.add_bos = model.bos() >= 0, .parse_special = true});
+      std::vector<nlohmann::json> media;
+      for (const auto &m : req["messages"]) msgs.push_back({m["role"].get<std::string>(), content_of(m["content"], media)});
+      const std::string text = model.apply_chat_template(msgs, true, "chatml");
+      if (media.empty()) {
+        prompt = model.tokenize(text, {.add_bos = model.bos() >= 0, .parse_special = true});
+      } else {
+        queue_chat(model, conv, text, media);
+        prompt = conv.tokens();  // image_token ids at media positions
+        queued = true;
+      }
     } else {
       prompt = model.tokenize(req["prompt"].get<std::string>(), {.add_bos = model.bos() >= 0});
     }
@@ -62,7 +130,7 @@ int main(int argc, char **argv) {
       if (req["stop"].is_string()) gp.stop.push_back(req["stop"].get<std::string>());
       else for (const auto &s : req["stop"]) gp.stop.push_back(s.get<std::string>());
     }
-    if (!req.contains("prompts")) conv.prompt(prompt);
+    if (!req.contains("prompts") && !queued) conv.prompt(prompt);
     auto gen = conv.generate(gp);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (!gen.done() && std::chrono::steady_clock::now() < deadline) ex.step();

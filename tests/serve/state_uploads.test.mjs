@@ -7,7 +7,7 @@
 // mutations every run.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { startServer, reference, getJson, postJson, readSse } from "./helpers.mjs";
+import { startServer, reference, getJson, postJson, readSse, crc32 } from "./helpers.mjs";
 
 // mulberry32: a small seeded generator.
 function rng(seed) {
@@ -21,16 +21,6 @@ function rng(seed) {
   };
 }
 
-const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
-  let c = n;
-  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-  return c >>> 0;
-});
-function crc32(buf) {
-  let c = 0xffffffff;
-  for (const b of buf) c = CRC_TABLE[(c ^ b) & 0xff] ^ (c >>> 8);
-  return (c ^ 0xffffffff) >>> 0;
-}
 // The state's trailing CRC-32 (docs/STATE_FORMAT.md) made right for `buf`'s body.
 function fixCrc(buf) {
   const out = Buffer.from(buf);

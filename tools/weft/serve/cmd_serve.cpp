@@ -117,6 +117,15 @@ void add_serve(CLI::App &app) {
                   "Most tokens (prompt and generated) one API key may use in any 60 s on this node; a request "
                   "is admitted while the key is under it (0: no limit; over it is 429 rate_limit_exceeded)")
       ->capture_default_str()->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40));
+  cmd->add_option("--mmproj", o->mmproj,
+                  "The model's projector GGUF (mmproj): chats may then hold images and audio (default: none, "
+                  "refused)");
+  cmd->add_flag("--allow-remote-media", o->allow_remote_media,
+                "Fetch http:// image URLs in chats (the server then makes requests where clients point it)");
+  cmd->add_option("--max-media", o->max_media, "Most images and audio clips in one request")
+      ->capture_default_str()->check(CLI::Range(0u, 1024u));
+  cmd->add_option("--max-media-bytes", o->max_media_bytes, "Largest image or WAV file, decoded, in a request")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
   cmd->callback([o] {
     // SIGINT/SIGTERM/SIGHUP are taken by sigtimedwait below: blocked here,
     // before any thread starts, so every thread inherits the mask and no
@@ -136,6 +145,10 @@ void add_serve(CLI::App &app) {
     fmt::print("weft serve: model {} ({}), {} KV cells, {} slots\n", c.model_name, c.model.description(), c.n_ctx(),
                o->parallel);
     fmt::print("weft serve: {}\n", describe_attention(c.ex->stats()));
+    if (c.projector)
+      fmt::print("weft serve: projector {} ({}{}{})\n", o->mmproj, c.projector.vision() ? "images" : "",
+                 c.projector.vision() && c.projector.audio() ? ", " : "",
+                 c.projector.audio() ? fmt::format("audio at {} Hz", c.projector.audio_sample_rate()) : "");
     if (!o->store.empty())
       fmt::print("weft serve: node {}, state store {}\n", c.cluster->node_id(), o->store);
     fmt::print("weft serve: {}\n", serve::describe_access(*o, *c.keys));

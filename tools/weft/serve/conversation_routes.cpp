@@ -6,6 +6,7 @@
 #include "serve/api_error.hpp"
 #include "serve/auth.hpp"
 #include "serve/generation_run.hpp"
+#include "serve/media_input.hpp"
 #include "serve/request_params.hpp"
 #include "serve/sse.hpp"
 
@@ -32,9 +33,11 @@ Json conversation_json(ServeContext &ctx, ConvEntry &e, bool with_tokens) {
   const auto err = c.error();
   j["error"] = err ? Json(err->what()) : Json(nullptr);
   if (with_tokens) {
+    // Media positions hold negative image_token ids: kept as they are in
+    // "tokens", one media marker each in "text".
     const auto tokens = c.tokens();
     j["tokens"] = tokens;
-    j["text"] = ctx.model.detokenize(tokens, {.remove_special = true});
+    j["text"] = text_with_markers(ctx.model, tokens);
   }
   return j;
 }
@@ -71,20 +74,17 @@ void create(ServeContext &ctx, const httplib::Request &req, httplib::Response &r
   const Json body = optional_body(req);
   std::string id;
   if (const Json *v = optional_field(body, "id", Json::value_t::string, "a string")) id = v->get<std::string>();
-  std::string prefix;
-  bool special = false;
+  PromptInput prefix;
   if (body.contains("messages")) {
-    prefix = ctx.model.apply_chat_template(parse_messages(body), false, ctx.chat_template);
-    special = true;
-  } else if (const Json *v = optional_field(body, "prefix", Json::value_t::string, "a string")) {
-    prefix = v->get<std::string>();
+    prefix = chat_prompt(ctx.model, parse_chat(body, ctx.projector, ctx.media), ctx.chat_template, false);
+  } else if (const Json *v = optional_field(body, "prefix", Json::value_t::string, "a string");
+             v && !v->get<std::string>().empty()) {
+    prefix = PromptInput::of_tokens(ctx.model.tokenize(v->get<std::string>(), {.add_bos = ctx.model.bos() >= 0}));
   }
   auto entry = ctx.registry.add(ctx.ex->create(), "conversation", id, who.key_id, /*fresh=*/true);
   Json stored;
   try {
-    if (!prefix.empty()) {
-      entry->conv.prompt(prefix, {.add_bos = ctx.model.bos() >= 0, .parse_special = special});
-    }
+    queue_prompt(entry->conv, prefix);
     stored = ctx.cluster->publish(*entry);
   } catch (const weft::Error &e) {
     ctx.registry.remove(entry->id);

@@ -20,9 +20,8 @@ const char *finish_reason_word(weft::FinishReason r) {
   return "running";
 }
 
-GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry,
-                             const std::vector<weft::Token> &prompt, weft::GenerateParams params,
-                             RunOptions options)
+GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry, const PromptInput &prompt,
+                             weft::GenerateParams params, RunOptions options)
     : ctx_(ctx), entry_(std::move(entry)), opt_(options) {
   if (ctx_.draining.load())
     throw ApiError(503, "server_error", "shutting_down", "the server is shutting down; no new generations");
@@ -34,15 +33,23 @@ GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry
   ++ctx_.active_runs;
   try {
     if (!prompt.empty()) {
+      const auto n_before = entry_->conv.n_tokens();
       try {
-        entry_->conv.prompt(prompt);
+        queue_prompt(entry_->conv, prompt);
       } catch (const weft::Error &e) {
         if (e.code() == weft::Errc::out_of_range)
           throw ApiError(400, "invalid_request_error", "context_length_exceeded",
                          fmt::format("the prompt does not fit the context: {}", e.what()));
         throw;
       }
-      prompt_tokens_ = static_cast<std::uint32_t>(prompt.size());
+      // A clip's positions, and the text around media, are known only now.
+      const auto n_after = entry_->conv.n_tokens();
+      if (n_after + 1 > ctx_.n_ctx())
+        throw ApiError(400, "invalid_request_error", "context_length_exceeded",
+                       fmt::format("This model's maximum context length is {} tokens; the conversation holds {} "
+                                   "with the prompt, media included (and at least one must be generated)",
+                                   ctx_.n_ctx(), n_after));
+      prompt_tokens_ = n_after - n_before;
     }
     params.ignore_eos = opt_.ignore_eos;
     params.on_token = [ch = ch_, every = opt_.every_token](weft::Token, std::string_view text) {

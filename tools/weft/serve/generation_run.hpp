@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "serve/key_limits.hpp"
+#include "serve/media_input.hpp"
 #include "serve/registry.hpp"
 #include "serve/serve_context.hpp"
 #include "weft/generation.hpp"
@@ -52,10 +53,13 @@ class GenerationRun {
   // already generates on it),
   // queues `prompt` (may be empty), starts generating with `params`
   // (on_token and on_finish are set here); the executor's worker takes it
-  // up. Throws ApiError; a context-length refusal is 400
-  // context_length_exceeded.
-  GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry, const std::vector<weft::Token> &prompt,
+  // up. Throws ApiError; a context-length refusal (media positions counted)
+  // is 400 context_length_exceeded.
+  GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry, const PromptInput &prompt,
                 weft::GenerateParams params, RunOptions options = {});
+  GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry, const std::vector<weft::Token> &prompt,
+                weft::GenerateParams params, RunOptions options = {})
+      : GenerationRun(ctx, std::move(entry), PromptInput::of_tokens(prompt), std::move(params), options) {}
   ~GenerationRun();
   GenerationRun(const GenerationRun &) = delete;
   GenerationRun &operator=(const GenerationRun &) = delete;
@@ -65,6 +69,8 @@ class GenerationRun {
   std::string next(std::chrono::milliseconds wait);
   // Tokens sampled whose text next() has handed out.
   std::uint32_t tokens_taken() const { return taken_; }
+  // Positions the prompt added to the conversation (an image's or clip's included).
+  std::uint32_t prompt_tokens() const { return prompt_tokens_; }
   // The generation ended and next() has handed out all its text.
   bool finished();
   // Ends it now (the client went away).

@@ -9,6 +9,7 @@
 #include "serve/api_error.hpp"
 #include "serve/auth.hpp"
 #include "serve/generation_run.hpp"
+#include "serve/media_input.hpp"
 #include "serve/request_params.hpp"
 #include "serve/sse.hpp"
 
@@ -49,16 +50,17 @@ void throw_if_cut(const RunOutcome &o) {
   throw ApiError(status, e["type"].get<std::string>(), e["code"].get<std::string>(), e["message"].get<std::string>());
 }
 
-// Tokenizes the prompt and refuses one the context cannot hold.
-std::vector<weft::Token> prompt_tokens(const ServeContext &ctx, const std::string &text, bool parse_special) {
-  auto tokens = ctx.model.tokenize(text, {.add_bos = ctx.model.bos() >= 0, .parse_special = parse_special});
+// Refuses a prompt the context cannot hold: its text tokens and images'
+// positions (a clip's are counted once queued, GenerationRun).
+void check_prompt_fits(const ServeContext &ctx, const PromptInput &prompt, const char *param) {
+  const auto n = prompt.known_positions();
   const auto n_ctx = ctx.n_ctx();
-  if (tokens.size() + 1 > n_ctx)
+  if (n + 1 > n_ctx)
     throw ApiError(400, "invalid_request_error", "context_length_exceeded",
-                   fmt::format("This model's maximum context length is {} tokens; the prompt is {} tokens "
-                               "(and at least one must be generated)", n_ctx, tokens.size()),
-                   "messages");
-  return tokens;
+                   fmt::format("This model's maximum context length is {} tokens; the prompt is {} tokens{} "
+                               "(and at least one must be generated)",
+                               n_ctx, n, prompt.has_media() ? ", images' positions included" : ""),
+                   param);
 }
 
 // A prompt given as token ids (OpenAI's array of integers, or an array
@@ -118,15 +120,15 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
   const Caller who = caller_of(ctx, req);
   const Json body = parse_body(req);
   check_model(ctx, body);
-  std::vector<weft::Token> tokens;
+  PromptInput input;
   if (chat) {
-    const auto messages = parse_messages(body);
-    tokens = prompt_tokens(ctx, ctx.model.apply_chat_template(messages, true, ctx.chat_template), true);
+    input = chat_prompt(ctx.model, parse_chat(body, ctx.projector, ctx.media), ctx.chat_template, true);
+    check_prompt_fits(ctx, input, "messages");
   } else {
     const auto it = body.find("prompt");
     std::string prompt;
     if (it != body.end() && is_token_prompt(*it)) {
-      tokens = prompt_token_ids(ctx, *it);
+      input = PromptInput::of_tokens(prompt_token_ids(ctx, *it));
     } else {
       if (it != body.end() && it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
         prompt = (*it)[0].get<std::string>();
@@ -134,10 +136,11 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
         prompt = required_string(body, "prompt");
       }
       if (prompt.empty()) throw bad_param("prompt", "'prompt' must not be empty");
-      tokens = prompt_tokens(ctx, prompt, false);
+      input = PromptInput::of_tokens(ctx.model.tokenize(prompt, {.add_bos = ctx.model.bos() >= 0}));
+      check_prompt_fits(ctx, input, "prompt");
     }
   }
-  const std::uint32_t room = ctx.n_ctx() - static_cast<std::uint32_t>(tokens.size());
+  const std::uint32_t room = ctx.n_ctx() - input.known_positions();
   auto g = parse_generation(body, ctx.opt.max_tokens, room);
 
   auto entry = ctx.registry.add(ctx.ex->create(), chat ? "chat.completion" : "text_completion", {},
@@ -146,7 +149,7 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
                .fingerprint = fmt::format("weft-{:016x}", ctx.model.fingerprint())};
   std::shared_ptr<GenerationRun> run;
   try {
-    run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params,
+    run = std::make_shared<GenerationRun>(ctx, entry, input, g.params,
                                           RunOptions{.ignore_eos = g.ignore_eos,
                                                      .every_token = g.stream && g.continuous_usage,
                                                      .key_id = who.key_id});
@@ -171,7 +174,7 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
     return;
   }
   const bool include_usage = g.include_usage;
-  const auto n_prompt = tokens.size();
+  const auto n_prompt = run->prompt_tokens();
   // stream_options.continuous_usage_stats (vLLM's extension): usage in every chunk.
   auto with_usage = [c, n_prompt](std::string_view t, std::uint32_t n) -> std::vector<Json> {
     Json chunk = c.chunk(c.choice_text(t, nullptr));

@@ -142,37 +142,4 @@ GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_li
   return out;
 }
 
-std::vector<weft::ChatMessage> parse_messages(const Json &body) {
-  const auto it = body.find("messages");
-  if (it == body.end()) throw bad_param("messages", "'messages' is required", "missing_required_parameter");
-  if (!it->is_array() || it->empty())
-    throw bad_param("messages", "'messages' must be a non-empty array of {role, content}", "invalid_type");
-  std::vector<weft::ChatMessage> out;
-  for (std::size_t i = 0; i < it->size(); ++i) {
-    const Json &m = (*it)[i];
-    const std::string where = fmt::format("messages[{}]", i);
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      throw bad_param(where, fmt::format("'{}' must be an object with a string 'role'", where), "invalid_type");
-    weft::ChatMessage msg{.role = m["role"].get<std::string>(), .content = {}};
-    const auto c = m.find("content");
-    if (c == m.end() || c->is_null()) {
-      // An assistant turn may carry no content; nothing to add.
-    } else if (c->is_string()) {
-      msg.content = c->get<std::string>();
-    } else if (c->is_array()) {
-      for (const auto &part : *c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          throw bad_param(where + ".content", "content parts must be {\"type\": \"text\", \"text\": ...}; weft serve takes text only",
-                          "invalid_type");
-        msg.content += part["text"].get<std::string>();
-      }
-    } else {
-      throw bad_param(where + ".content", fmt::format("'{}.content' must be a string or an array of text parts", where),
-                      "invalid_type");
-    }
-    out.push_back(std::move(msg));
-  }
-  return out;
-}
-
 }  // namespace weft_cli::serve

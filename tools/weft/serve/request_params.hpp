@@ -32,10 +32,6 @@ struct GenerationRequest {
 // `room` the context left after the prompt (the default max_tokens).
 GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_limit, std::uint32_t room);
 
-// Chat messages: an array of {role, content}, content a string or an array
-// of {type: "text", text} parts.
-std::vector<weft::ChatMessage> parse_messages(const Json &body);
-
 // Required string field.
 std::string required_string(const Json &body, std::string_view key);
 // Optional field of a given JSON type; throws 400 when present with another.

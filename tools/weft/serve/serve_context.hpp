@@ -12,11 +12,13 @@
 #include "serve/cluster.hpp"
 #include "serve/key_limits.hpp"
 #include "serve/keys.hpp"
+#include "serve/media_input.hpp"
 #include "serve/registry.hpp"
 #include "serve/serve_options.hpp"
 #include "serve/stepper.hpp"
 #include "weft/executor.hpp"
 #include "weft/model.hpp"
+#include "weft/projector.hpp"
 
 namespace weft_cli::serve {
 
@@ -42,6 +44,8 @@ struct ServeContext {
   weft::Model model;
   std::string model_name;     // what clients put in "model"
   std::string chat_template;  // passed to Model::apply_chat_template
+  weft::Projector projector;  // --mmproj; empty: requests with media are refused
+  MediaLimits media;          // what one request may carry (--max-media, ...)
   std::unique_ptr<weft::Executor> ex;
   std::unique_ptr<Stepper> stepper;
   Registry registry;

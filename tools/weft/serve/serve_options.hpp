@@ -53,6 +53,12 @@ struct ServeOptions {
   std::uint32_t key_max_conversations = 0;  // per key, on this node; 0: no limit
   std::uint32_t key_max_streams = 0;        // generations per key at once, on this node; 0: no limit
   std::uint64_t key_tokens_per_minute = 0;  // prompt + generated tokens per key in any 60 s, on this node; 0: no limit
+  // Images and audio (docs/SERVE.md, "Images and audio"): the model's
+  // projector; without one, requests with media are refused (400).
+  std::string mmproj;                       // --mmproj: projector GGUF path; empty: text only
+  bool allow_remote_media = false;          // fetch http:// image URLs (the server reaches out: off by default)
+  std::uint32_t max_media = 8;              // images and clips in one request
+  std::uint64_t max_media_bytes = 4u << 20; // one decoded image or WAV file
 };
 
 }  // namespace weft_cli::serve

@@ -241,6 +241,10 @@ ServeApp::ServeApp(ServeOptions opt) {
   ep.flash_attn = c.opt.flash_attn;
   ep.spill.ram_bytes = c.opt.spill_ram_mb << 20;
   ep.spill.disk_dir = c.opt.spill_dir;
+  if (!c.opt.mmproj.empty()) c.projector = weft::Projector::load(c.model, {.path = c.opt.mmproj});
+  ep.projector = c.projector;
+  c.media = MediaLimits{.max_parts = c.opt.max_media, .max_bytes = c.opt.max_media_bytes,
+                        .allow_remote = c.opt.allow_remote_media};
   c.ex = std::make_unique<weft::Executor>(c.model, ep);
   // The step budget: how many tokens one step may decode, so how long the
   // conversations that are generating wait for a step that also ingests prompts.
