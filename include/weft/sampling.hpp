@@ -39,8 +39,16 @@ struct SamplerParams {
   // empty = none. Default empty. An unparsable grammar is refused with
   // Errc::invalid_argument.
   std::string grammar;
-  // The grammar's start rule. Default "root".
+  // The grammar's start rule. Default "root". Applies to `grammar` only.
   std::string grammar_root = "root";
+  // A JSON Schema (its JSON text); when set, every sampled token must keep
+  // the output a prefix of JSON that matches it, through the grammar
+  // weft::json_schema_to_grammar(json_schema) gives (weft/json_schema.hpp:
+  // the keywords supported, the cache). Empty = none. Default empty. A schema
+  // that does not convert is refused with Errc::invalid_argument naming where
+  // it failed; setting both `grammar` and `json_schema` is
+  // Errc::invalid_argument.
+  std::string json_schema;
 };
 
 }  // namespace weft

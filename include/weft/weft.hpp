@@ -10,6 +10,7 @@
 #include "weft/error.hpp"
 #include "weft/executor.hpp"
 #include "weft/generation.hpp"
+#include "weft/json_schema.hpp"
 #include "weft/log.hpp"
 #include "weft/model.hpp"
 #include "weft/projector.hpp"

@@ -39,6 +39,10 @@ void validate(const SamplerParams &p) {
     fail(Errc::invalid_argument,
          fmt::format("SamplerParams.penalty_last_n = {} must be >= -1 (-1 = the whole context)", p.penalty_last_n));
   }
+  if (!p.grammar.empty() && !p.json_schema.empty()) {
+    fail(Errc::invalid_argument,
+         "SamplerParams.grammar and SamplerParams.json_schema are both set; a sampler takes one of them");
+  }
   if (!p.grammar.empty() && p.grammar_root.empty()) {
     fail(Errc::invalid_argument, "SamplerParams.grammar_root is empty but a grammar is set");
   }

@@ -17,6 +17,7 @@
 
 #include "core/internal.hpp"
 #include "core/model_impl.hpp"
+#include "weft/json_schema.hpp"
 
 namespace weft::detail {
 namespace {
@@ -48,16 +49,27 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
   ensure_backend();
   const Model::Impl &m = *model_.impl();
 
-  if (!params_.grammar.empty()) {
+  if (!params_.grammar.empty() || !params_.json_schema.empty()) {
+    const bool from_schema = !params_.json_schema.empty();
+    std::string schema_grammar;
+    if (from_schema) {
+      try {
+        schema_grammar = json_schema_to_grammar(params_.json_schema);
+      } catch (const Error &e) {
+        fail(e.code(), fmt::format("SamplerParams.json_schema: {}", e.what()));
+      }
+    }
+    const std::string &text = from_schema ? schema_grammar : params_.grammar;
+    const char *root = from_schema ? "root" : params_.grammar_root.c_str();
     take_llama_error();
     llama_sampler *g = nullptr;
-    guarded("grammar parsing",
-            [&] { g = llama_sampler_init_grammar(m.vocab, params_.grammar.c_str(), params_.grammar_root.c_str()); });
+    guarded("grammar parsing", [&] { g = llama_sampler_init_grammar(m.vocab, text.c_str(), root); });
     if (g == nullptr) {
       // llama.cpp prints the parser's detail to stderr itself; its log carries the summary.
       const std::string why = take_llama_error();
-      fail(Errc::invalid_argument, fmt::format("SamplerParams.grammar (root '{}') was refused by llama.cpp: {}",
-                                               params_.grammar_root, why.empty() ? "no reason given" : why));
+      fail(Errc::invalid_argument, fmt::format("SamplerParams.{} (root '{}') was refused by llama.cpp: {}",
+                                               from_schema ? "json_schema's grammar" : "grammar", root,
+                                               why.empty() ? "no reason given" : why));
     }
     grammar_.reset(g);
   }

@@ -33,7 +33,8 @@ class Writer {
     put<std::uint32_t>(static_cast<std::uint32_t>(t.size()));
     raw(t.data(), t.size() * sizeof(Token));
   }
-  void sampler(const SamplerParams &p) {
+  // `version` >= 7 adds json_schema.
+  void sampler(const SamplerParams &p, std::uint32_t version) {
     put(p.temperature);
     put<std::int32_t>(p.top_k);
     put(p.top_p);
@@ -45,6 +46,7 @@ class Writer {
     put(p.seed);
     str(p.grammar);
     str(p.grammar_root);
+    if (version >= 7) str(p.json_schema);
   }
   void sampler_state(const std::optional<Sampler::State> &s) {
     put<std::uint8_t>(s ? 1 : 0);
@@ -97,7 +99,7 @@ class Reader {
     }
     return t;
   }
-  SamplerParams sampler() {
+  SamplerParams sampler(std::uint32_t version) {
     SamplerParams p;
     p.temperature = get<float>("sampler.temperature");
     p.top_k = get<std::int32_t>("sampler.top_k");
@@ -110,6 +112,7 @@ class Reader {
     p.seed = get<std::uint32_t>("sampler.seed");
     p.grammar = str("sampler.grammar");
     p.grammar_root = str("sampler.grammar_root");
+    if (version >= 7) p.json_schema = str("sampler.json_schema");
     try {
       validate(p);
     } catch (const Error &e) {

@@ -88,7 +88,9 @@ std::uint32_t crc32(std::span<const std::uint8_t> bytes) {
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab) {
   Writer w;
   w.raw(kConvMagic, 8);
-  const std::uint32_t version = r.gen && r.gen->ignore_eos ? kStateVersion : kPlainStateVersion;
+  const bool schema = !r.sampler_params.json_schema.empty() ||
+                      (r.gen && r.gen->sampler && !r.gen->sampler->json_schema.empty());
+  const std::uint32_t version = schema ? 7u : r.gen && r.gen->ignore_eos ? 6u : kPlainStateVersion;
   w.put(version);
   w.put(fingerprint);
   w.put<std::int32_t>(n_vocab);
@@ -96,7 +98,7 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   w.tokens(r.queue);
   w.put<std::uint8_t>(r.logits.empty() ? 0 : 1);
   w.raw(r.logits.data(), r.logits.size() * sizeof(float));
-  w.sampler(r.sampler_params);
+  w.sampler(r.sampler_params, version);
   w.sampler_state(r.sampler_state);
   w.put(r.priority);
   w.put<std::uint8_t>(r.gen_token_queued ? 1 : 0);
@@ -108,7 +110,7 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
     w.put<std::uint32_t>(static_cast<std::uint32_t>(g.stop.size()));
     for (const auto &s : g.stop) w.str(s);
     w.put<std::uint8_t>(g.sampler ? 1 : 0);
-    if (g.sampler) w.sampler(*g.sampler);
+    if (g.sampler) w.sampler(*g.sampler, version);
     w.sampler_state(g.sampler_state);
     w.tokens(g.tokens);
     w.str(g.text);
@@ -173,7 +175,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
       if (std::isnan(x)) fail(Errc::corrupt, fmt::format("{}: logits hold NaN", what));
     }
   }
-  c.sampler_params = r.sampler();
+  c.sampler_params = r.sampler(version);
   c.sampler_state = r.sampler_state(n_vocab);
   c.priority = r.get<std::int32_t>("priority");
   c.gen_token_queued = r.flag("gen_token_queued");
@@ -184,7 +186,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
     if (version >= 6) g.ignore_eos = r.flag("generation.ignore_eos");
     const auto n_stop = r.count(kMaxStops, "generation.stop count");
     for (std::uint32_t i = 0; i < n_stop; ++i) g.stop.push_back(r.str("generation.stop"));
-    if (r.flag("generation.has_sampler")) g.sampler = r.sampler();
+    if (r.flag("generation.has_sampler")) g.sampler = r.sampler(version);
     g.sampler_state = r.sampler_state(n_vocab);
     g.tokens = r.tokens("generation.tokens", n_vocab);
     g.text = r.str("generation.text");
