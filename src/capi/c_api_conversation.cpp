@@ -35,12 +35,17 @@ weft_sampler_params sampler_defaults() {
   p.top_k = d.top_k;
   p.penalty_last_n = d.penalty_last_n;
   p.seed = d.seed;
+  p.json_schema = nullptr;
   return p;
 }
 
+// Before `json_schema` was appended, and now.
+const std::initializer_list<std::size_t> kSamplerParamsSizes = {offsetof(weft_sampler_params, json_schema),
+                                                                sizeof(weft_sampler_params)};
+
 SamplerParams to_sampler(const weft_sampler_params *in) {
   weft_sampler_params p = sampler_defaults();
-  read_struct(in, "weft_sampler_params", p, {sizeof(weft_sampler_params)});
+  read_struct(in, "weft_sampler_params", p, kSamplerParamsSizes);
   SamplerParams s;
   s.temperature = p.temperature;
   s.top_k = p.top_k;
@@ -53,6 +58,7 @@ SamplerParams to_sampler(const weft_sampler_params *in) {
   s.seed = p.seed;
   s.grammar = std::string(cstr_arg(p.grammar, "weft_sampler_params.grammar", true));
   if (p.grammar_root != nullptr) s.grammar_root = std::string(cstr_arg(p.grammar_root, "weft_sampler_params.grammar_root"));
+  s.json_schema = std::string(cstr_arg(p.json_schema, "weft_sampler_params.json_schema", true));
   return s;
 }
 
@@ -210,7 +216,7 @@ weft_status weft_conversation_sample(weft_conversation *conversation, weft_token
 
 weft_status weft_sampler_params_init(weft_sampler_params *params, size_t struct_size) {
   return guarded(__func__, [&] {
-    init_struct(params, struct_size, "weft_sampler_params", sampler_defaults(), {sizeof(weft_sampler_params)});
+    init_struct(params, struct_size, "weft_sampler_params", sampler_defaults(), kSamplerParamsSizes);
   });
 }
 

@@ -146,6 +146,59 @@ void test_sampler(void) {
   CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_INVALID_ARGUMENT, "grammar` is not valid UTF-8");
   sp.grammar = NULL;
   CHECK_ERR(weft_conversation_set_sampler(c, NULL), WEFT_ERR_NULL_ARG, "params");
+  /* json_schema: refusals name the place; both it and a grammar is refused. */
+  CHECK(sp.json_schema == NULL);
+  sp.json_schema = "{\"type\": \"object\", \"properties\": {\"a\": {\"$ref\": \"#/$defs/nope\"}}}";
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_INVALID_ARGUMENT,
+            "SamplerParams.json_schema: JSON schema at #/properties/a/$ref: $ref '#/$defs/nope' does not resolve");
+  sp.json_schema = "{\"type\": ";
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_INVALID_ARGUMENT, "JSON schema is not JSON");
+  sp.json_schema = "{\"enum\": [\"gate\", \"coin\"]}";
+  sp.grammar = "root ::= \"x\"";
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_INVALID_ARGUMENT,
+            "SamplerParams.grammar and SamplerParams.json_schema are both set");
+  sp.grammar = NULL;
+  /* A generation under a schema gives JSON it admits, at temperature 1 over
+     several seeds; a struct_size from before json_schema reads it as NULL
+     (the same seed then writes something else). */
+  {
+    weft_generate_params gp;
+    weft_generation *g = NULL;
+    weft_conversation *j = NULL;
+    char text[256];
+    size_t len = 0;
+    int32_t reason = 0;
+    uint32_t seed;
+    sp.temperature = 1.0f;
+    CHECK_OK(weft_generate_params_init(&gp, sizeof gp));
+    gp.sampler = &sp;
+    gp.max_tokens = 40;
+    for (seed = 1; seed <= 4; ++seed) {
+      sp.seed = seed;
+      sp.struct_size = sizeof sp;
+      CHECK_OK(weft_conversation_fork(c, &j));
+      CHECK_OK(weft_conversation_generate(j, &gp, &g));
+      run_until_idle(ex);
+      CHECK_OK(weft_generation_reason(g, &reason));
+      CHECK(reason == WEFT_FINISH_END_OF_GENERATION);
+      CHECK_OK(weft_generation_text(g, text, sizeof text, &len));
+      CHECK(strcmp(text, "\"gate\"") == 0 || strcmp(text, "\"coin\"") == 0);
+      CHECK_OK(weft_generation_free(g));
+      CHECK_OK(weft_conversation_free(j));
+      sp.struct_size = offsetof(weft_sampler_params, json_schema);
+      CHECK_OK(weft_conversation_fork(c, &j));
+      CHECK_OK(weft_conversation_generate(j, &gp, &g));
+      run_until_idle(ex);
+      CHECK_OK(weft_generation_text(g, text, sizeof text, &len));
+      CHECK(strcmp(text, "\"gate\"") != 0 && strcmp(text, "\"coin\"") != 0);
+      CHECK_OK(weft_generation_free(g));
+      CHECK_OK(weft_conversation_free(j));
+    }
+    sp.struct_size = sizeof sp;
+    sp.json_schema = NULL;
+    sp.temperature = 0.0f;
+    sp.seed = 0;
+  }
   /* A seeded sampler is part of the state a fork copies: both forks draw
      the same tokens from the same logits. */
   sp.temperature = 1.0f;

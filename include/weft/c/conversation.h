@@ -90,12 +90,17 @@ typedef struct weft_sampler_params {
   int32_t top_k;             // 0 = off. Default 0
   int32_t penalty_last_n;    // tokens the penalties look at; -1 = whole context. Default 64
   uint32_t seed;             // RNG seed for temperature > 0. Default 0
+  // Appended (an older caller's smaller struct_size leaves it NULL):
+  const char *json_schema;   // NUL-terminated JSON Schema text: sample only JSON that matches it
+                             // (weft/json_schema.hpp: keywords, cache); NULL or "" = none; set
+                             // with a grammar: WEFT_ERR_INVALID_ARGUMENT. Default NULL
 } weft_sampler_params;
 
 WEFT_C_API weft_status weft_sampler_params_init(weft_sampler_params *params, size_t struct_size);
 // The conversation's own sampler (used by sample and by generations without
-// their own). Default greedy. WEFT_ERR_INVALID_ARGUMENT for bad values or an
-// unparsable grammar.
+// their own). Default greedy. WEFT_ERR_INVALID_ARGUMENT for bad values, an
+// unparsable grammar or a json_schema that does not convert (the message
+// names where: "JSON schema at #/properties/a: ...").
 WEFT_C_API weft_status weft_conversation_set_sampler(weft_conversation *conversation,
                                                      const weft_sampler_params *params);
 // Higher goes first when a step cannot serve everyone; a conversation waiting
