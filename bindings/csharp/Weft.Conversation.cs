@@ -14,6 +14,10 @@ namespace Weft
         public uint Seed;
         public string Grammar;      // GBNF; null = none
         public string GrammarRoot;  // null = "root"
+        // A JSON Schema (its JSON text): sample only JSON that matches it;
+        // null = none. Not together with Grammar (WeftException
+        // InvalidArgument, as is a schema that does not convert).
+        public string JsonSchema;
 
         public SamplerParams()
         {
@@ -45,6 +49,7 @@ namespace Weft
             n.seed = Seed;
             n.grammar = mem.Utf8z(Grammar);
             n.grammar_root = mem.Utf8z(GrammarRoot);
+            n.json_schema = mem.Utf8z(JsonSchema);
             return n;
         }
     }

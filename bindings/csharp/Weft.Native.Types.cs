@@ -227,6 +227,7 @@ namespace Weft
         public float temperature, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty;
         public int top_k, penalty_last_n;
         public uint seed;
+        public IntPtr json_schema;  // appended in the C struct
     }
 
     [StructLayout(LayoutKind.Sequential)]

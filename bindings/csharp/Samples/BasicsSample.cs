@@ -31,6 +31,7 @@ namespace Weft.Samples
 
                 Errors(model, modelPath);
                 IgnoreEos(model);
+                JsonSchema(model);
                 OnFinish(model);
                 Pressure(model);
                 ManyThreads(model);
@@ -62,6 +63,43 @@ namespace Weft.Samples
                         Check.Equal(FinishReason.EndOfGeneration, gb.Reason, "without IgnoreEos: the end token");
                     }
                 }
+            }
+        }
+
+        // JsonSchema constrains a generation to JSON the schema admits (at
+        // temperature 1, over seeds); a bad schema or one beside a Grammar is
+        // an InvalidArgument naming it.
+        private static void JsonSchema(Model model)
+        {
+            const string schema = "{\"type\": \"object\", \"properties\": {\"give\": {\"enum\": [\"sword\", \"bread\"]}, " +
+                "\"count\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 3}}, \"required\": [\"give\", \"count\"], " +
+                "\"additionalProperties\": false}";
+            var answers = new System.Text.RegularExpressions.Regex(
+                "^\\{\\s*\"give\"\\s*:\\s*\"(sword|bread)\"\\s*,\\s*\"count\"\\s*:\\s*[1-3]\\s*\\}$");
+            using (var ex = new Executor(model, Small()))
+            using (var a = ex.CreateConversation())
+            {
+                a.Prompt("The merchant hands over", addBos: true);
+                for (uint seed = 1; seed <= 4; ++seed)
+                {
+                    using (var b = a.Fork())
+                    using (var g = b.Generate(new GenerateParams
+                    {
+                        MaxTokens = 80,
+                        Sampler = new SamplerParams { Temperature = 1.0f, Seed = seed, JsonSchema = schema },
+                    }))
+                    {
+                        while (!ex.Step().Idle) { }
+                        Check.Equal(FinishReason.EndOfGeneration, g.Reason, "JsonSchema: the generation ends");
+                        Check.True(answers.IsMatch(g.Text), "JsonSchema: '" + g.Text + "' fits the schema");
+                    }
+                }
+                Check.Throws(Status.InvalidArgument, "JSON schema at #/properties/n/type: unknown type 'strin'",
+                    () => a.SetSampler(new SamplerParams { JsonSchema = "{\"properties\": {\"n\": {\"type\": \"strin\"}}}" }),
+                    "JsonSchema: a bad schema");
+                Check.Throws(Status.InvalidArgument, "grammar and SamplerParams.json_schema are both set",
+                    () => a.SetSampler(new SamplerParams { JsonSchema = schema, Grammar = "root ::= \"x\"" }),
+                    "JsonSchema: beside a Grammar");
             }
         }
 
