@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "serve/json_schema.hpp"
+#include "weft/json_schema.hpp"
 
 namespace weft_cli::serve {
 
@@ -64,7 +64,10 @@ std::vector<std::string> stops(const Json &body) {
   return out;
 }
 
-std::string grammar_for(const Json &body) {
+// response_format's schema as JSON text for SamplerParams::json_schema (empty:
+// none), converted here once so a schema the converter refuses is this
+// request's 400; the sampler's own conversion then hits libweft's cache.
+std::string json_schema_for(const Json &body) {
   const auto it = body.find("response_format");
   if (it == body.end() || it->is_null()) return {};
   if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string())
@@ -83,8 +86,10 @@ std::string grammar_for(const Json &body) {
     throw bad_param("response_format",
                     fmt::format("'response_format.type' is '{}'; expected text, json_object or json_schema", type));
   }
+  std::string text = schema.dump();
   try {
-    return json_schema_to_gbnf(schema.dump());
+    weft::json_schema_to_grammar(text);
+    return text;
   } catch (const std::exception &e) {
     throw bad_param("response_format", fmt::format("the JSON schema cannot be turned into a grammar: {}", e.what()),
                     "unsupported_schema");
@@ -130,7 +135,7 @@ GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_li
   const auto seed = integer_in(body, "seed", INT64_MIN, INT64_MAX, -1);
   s.seed = body.contains("seed") && !body["seed"].is_null() ? static_cast<std::uint32_t>(seed)
                                                              : static_cast<std::uint32_t>(std::random_device{}());
-  s.grammar = grammar_for(body);
+  s.json_schema = json_schema_for(body);
   out.params.sampler = s;
   out.params.stop = stops(body);
   out.stream = boolean(body, "stream", false);
