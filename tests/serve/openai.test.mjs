@@ -155,6 +155,15 @@ test("errors: OpenAI's shape and status codes", async () => {
   await expectError({ model: "tiny", messages: [] }, 400, "messages");
   await expectError({ model: "tiny", messages: [{ role: "user", content: 7 }] }, 400, "messages[0].content");
   await expectError(chat("x", { response_format: { type: "xml" } }), 400, "response_format");
+  // A schema libweft's converter refuses; the message says where.
+  await assert.rejects(client.chat.completions.create(chat("x", { response_format: { type: "json_schema",
+    json_schema: { name: "n", schema: { type: "object", properties: { a: { type: "strin" } } } } } })), (e) => {
+    assert.equal(e.status, 400, e.message);
+    assert.equal(e.param, "response_format", e.message);
+    assert.equal(e.code, "unsupported_schema", e.message);
+    assert.match(e.message, /JSON schema at #\/properties\/a\/type: unknown type 'strin'/);
+    return true;
+  });
   await expectError(chat("word ".repeat(1500)), 400, undefined, "context_length_exceeded");
   // The server still answers.
   const r = await client.chat.completions.create(chat("still there?", { max_tokens: 2 }));
