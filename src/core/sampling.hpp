@@ -38,8 +38,10 @@ class Sampler {
   // 0. Stages that are off (top_k 0, top_p 1, min_p 0) are left out.
   // penalty_last_n = -1 ("the whole context") means `n_ctx` tokens, or the
   // model's n_ctx_train when n_ctx is 0.
-  // Throws Errc::invalid_argument for bad params or a grammar llama.cpp cannot
-  // parse (quoting llama.cpp's logged reason).
+  // The grammar is params.grammar, or json_schema_to_grammar(json_schema)
+  // (start rule "root"). Throws Errc::invalid_argument for bad params, a
+  // grammar llama.cpp cannot parse (quoting llama.cpp's logged reason) or a
+  // json_schema that does not convert.
   Sampler(const Model &model, const SamplerParams &params, std::int32_t n_ctx = 0);
   ~Sampler();
   Sampler(Sampler &&) noexcept;
