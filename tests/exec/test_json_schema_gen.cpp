@@ -183,7 +183,10 @@ TEST(JsonSchemaGeneration, ForkAndLoadMidGenerationKeepTheConstraint) {
     const std::string before = g.text();
     ASSERT_FALSE(before.empty());
     auto child = c.fork();
-    auto loaded = ex.load(c.save());
+    const auto saved = c.save();
+    ASSERT_GT(saved.size(), 12u);
+    EXPECT_EQ(saved[8], 7) << "a sampler with a json_schema is state version 7 (docs/STATE_FORMAT.md)";
+    auto loaded = ex.load(saved);
     const auto loaded_gen = loaded.generation();  // the running one, present until it finishes
     ASSERT_TRUE(loaded_gen.has_value());
     auto child_gen = child.generate({.max_tokens = 400});
