@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "core/internal.hpp"
 #include "core/sampling.hpp"
@@ -38,6 +40,13 @@ void validate(const SamplerParams &p) {
   if (p.penalty_last_n < -1) {
     fail(Errc::invalid_argument,
          fmt::format("SamplerParams.penalty_last_n = {} must be >= -1 (-1 = the whole context)", p.penalty_last_n));
+  }
+  for (const auto &[field, text] : {std::pair<const char *, const std::string &>{"grammar", p.grammar},
+                                     {"grammar_root", p.grammar_root}, {"json_schema", p.json_schema}}) {
+    if (text.size() > kMaxSamplerText) {
+      fail(Errc::out_of_range, fmt::format("SamplerParams.{} is {} bytes; at most {} are taken (a saved state "
+                                           "holds no longer string)", field, text.size(), kMaxSamplerText));
+    }
   }
   if (!p.grammar.empty() && !p.json_schema.empty()) {
     fail(Errc::invalid_argument,

@@ -9,6 +9,7 @@
 // stepping thread only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -26,9 +27,14 @@ struct llama_token_data_array;
 
 namespace weft::detail {
 
+// The longest grammar, grammar_root or json_schema a sampler takes: what a
+// saved state's strings may hold (state_codec's kMaxString), so every
+// sampler that runs can be saved and loaded again.
+inline constexpr std::size_t kMaxSamplerText = 1u << 20;
+
 // Throws Errc::invalid_argument naming the field, its value and the allowed
 // range (e.g. "SamplerParams.top_p = 1.5 is outside (0, 1]"). NaN fails every
-// range.
+// range; a text over kMaxSamplerText is Errc::out_of_range.
 void validate(const SamplerParams &p);
 
 class Sampler {

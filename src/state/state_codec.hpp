@@ -25,6 +25,7 @@ inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
 // Bounds checked before anything is allocated from a length field.
 inline constexpr std::uint32_t kMaxTokens = 1u << 24;
 inline constexpr std::uint32_t kMaxString = 1u << 20;
+static_assert(kMaxString >= kMaxSamplerText, "every sampler text a sampler takes must fit a saved state");
 inline constexpr std::uint32_t kMaxStops = 64;
 inline constexpr std::uint64_t kMaxKvBytes = 1ull << 36;
 inline constexpr std::uint32_t kMaxAdapterSettings = 4096;

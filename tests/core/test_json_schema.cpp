@@ -126,6 +126,28 @@ TEST(JsonSchema, SamplerParamsTakeOneOfGrammarAndSchema) {
                           "SamplerParams.json_schema: JSON schema at #/type: unknown type 'strin'"));
 }
 
+TEST(JsonSchema, SamplerTextsFitASavedState) {
+  // A sampler text a saved state cannot hold is refused when set, not when
+  // a later load fails.
+  weft::Executor ex(weft_test::tiny(), {.n_ctx = 256, .n_batch = 64, .n_seq_max = 1});
+  auto conv = ex.create();
+  const std::string huge((1u << 20) + 1, ' ');
+  EXPECT_TRUE(throws_weft([&] { conv.set_sampler({.json_schema = huge}); }, Errc::out_of_range,
+                          "SamplerParams.json_schema is 1048577 bytes; at most 1048576 are taken"));
+  EXPECT_TRUE(throws_weft([&] { conv.set_sampler({.grammar = huge}); }, Errc::out_of_range,
+                          "SamplerParams.grammar is 1048577 bytes; at most 1048576 are taken"));
+  // At the limit a schema is taken, and its conversation saves and loads.
+  std::string padded = R"({"type": "integer"})";
+  padded.resize(1u << 20, ' ');
+  conv.set_sampler({.temperature = 0.5f, .json_schema = padded});
+  conv.prompt("The number:");
+  auto gen = conv.generate({.max_tokens = 4});
+  while (!gen.done()) ex.step();
+  const auto bytes = conv.save();
+  auto back = ex.load(bytes);
+  EXPECT_EQ(back.tokens(), conv.tokens());
+}
+
 TEST(JsonSchema, RepeatsComeFromTheCache) {
   // A schema of its own, so no earlier test has converted it.
   const std::string schema = R"({"type": "object", "properties": {"cache_probe": {"type": "string", "maxLength": 7},

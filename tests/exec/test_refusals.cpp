@@ -147,7 +147,7 @@ TEST(StateVersion, DamagedVersionBytesAreCorrupt) {
 
 TEST(StateVersion, AnotherVersionWithAValidCrcIsIncompatible) {
   for (auto [blob, decode] : blobs()) {
-    for (std::uint32_t v : {0u, 7u, 0x100u, 0xFFFFFFFFu}) {
+    for (std::uint32_t v : {0u, weft::detail::kStateVersion + 1, 0x100u, 0xFFFFFFFFu}) {
       auto other = blob;
       std::memcpy(other.data() + 8, &v, 4);
       fix_crc(other);
