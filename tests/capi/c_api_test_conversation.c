@@ -165,7 +165,7 @@ void test_sampler(void) {
     weft_generate_params gp;
     weft_generation *g = NULL;
     weft_conversation *j = NULL;
-    char text[256];
+    char text[4096]; /* 40 unconstrained tokens of any length */
     size_t len = 0;
     int32_t reason = 0;
     uint32_t seed;
