@@ -298,3 +298,55 @@ test("a conversation with an image: GET shows it, its state round-trips, a serve
   assert.deepEqual((await getJson(`${p}/keep`)).body.tokens, before.body.tokens);
   assert.equal((await getJson(`${p}/fresh`)).status, 404);
 });
+
+test("a conversation's message with media equals the library's own queueing; refused ones leave it as it was", async () => {
+  const u = servers.vision.url + "/v1/conversations";
+  const made = await postJson(u, { prefix: "Look closely. " });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const id = made.body.id;
+  const content = [{ type: "text", text: "Here: " }, imagePart(imageA), { type: "text", text: " and " },
+    imagePart(imageB), { type: "text", text: " what?" }];
+  const r = await postJson(`${u}/${id}/messages`, { content, max_tokens: 10, temperature: 0 });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  const ref = reference({ prompts: ["Look closely. ", [{ type: "text", text: "Here: " }, { type: "image_file", path: pathA },
+    { type: "text", text: " and " }, { type: "image_file", path: pathB }, { type: "text", text: " what?" }]],
+  max_tokens: 10, temperature: 0 }, visionProj);
+  assert.equal(r.body.text, ref.text);
+  const got = await getJson(`${u}/${id}`);
+  const norm = (ts) => ts.map((t) => (t < 0 ? -1 : t));
+  assert.deepEqual(norm(got.body.tokens.slice(0, ref.prompt_token_ids.length)), norm(ref.prompt_token_ids));
+  assert.equal(got.body.tokens.filter((t) => t < 0).length, 32, "two images of 16 positions");
+  // usage counts the message's positions: everything after the prefix.
+  assert.equal(r.body.usage.prompt_tokens, ref.prompt_tokens - made.body.n_tokens);
+  assert.equal(got.body.text.split("<__media__>").length, 3, got.body.text);
+
+  // Refusals name `content[j]` and queue nothing.
+  const n = got.body.n_tokens;
+  const refusedHere = async (server, conv, parts, code, param) => {
+    const x = await postJson(`${servers[server].url}/v1/conversations/${conv}/messages`, { content: parts, max_tokens: 2 });
+    assert.equal(x.status, 400, JSON.stringify(x.body));
+    assert.equal(x.body.error.code, code, JSON.stringify(x.body));
+    assert.equal(x.body.error.param, param);
+  };
+  const img = imagePart(imageA);
+  await refusedHere("vision", id, [img, img, img], "too_many_media", "content");
+  await refusedHere("vision", id, [{ type: "text", text: "x" }, { type: "image_url", image_url: { url: "https://e.x/a.png" } }],
+    "unsupported_url_scheme", "content[1]");
+  await refusedHere("vision", id, [{ type: "text", text: "x" }, { type: "bogus" }], "invalid_type", "content[1]");
+  assert.equal((await getJson(`${u}/${id}`)).body.n_tokens, n);
+  const plain = await postJson(servers.plain.url + "/v1/conversations", {});
+  await refusedHere("plain", plain.body.id, [{ type: "text", text: "x" }, img], "unsupported_content", "content[1]");
+  // A clip whose positions overflow the context once queued is taken back whole.
+  const a = servers.audio.url + "/v1/conversations";
+  const long = await postJson(a, { prefix: "stone ".repeat(300) });
+  assert.equal(long.status, 201);
+  const before = (await getJson(`${a}/${long.body.id}`)).body.n_tokens;
+  const x = await postJson(`${a}/${long.body.id}/messages`, { content: [{ type: "text", text: "Hear: " }, audioPart(stereo)],
+    max_tokens: 2 });
+  assert.equal(x.status, 400, JSON.stringify(x.body));
+  assert.equal(x.body.error.code, "context_length_exceeded");
+  assert.equal((await getJson(`${a}/${long.body.id}`)).body.n_tokens, before);
+  // and the conversation goes on.
+  const next = await postJson(`${a}/${long.body.id}/messages`, { content: " more", max_tokens: 2, temperature: 0 });
+  assert.equal(next.status, 200, JSON.stringify(next.body));
+});

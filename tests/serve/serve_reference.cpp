@@ -8,7 +8,8 @@
 // formats chats for a model without a template) or {"prompt": "..."} (raw
 // text, BOS first) or {"prompts": ["...", "..."]} (each prompted and fully
 // decoded before the next, as a conversation resource is prompted by
-// create then messages; BOS before the first), with "max_tokens", "temperature", "top_p", "seed",
+// create then messages; BOS before the first; with MMPROJ an element may be
+// an array of parts, as below, queued around its media), with "max_tokens", "temperature", "top_p", "seed",
 // "stop" as in the OpenAI request. With MMPROJ (a projector for MODEL), a
 // message's content may be an array of parts: {"type": "text", "text"},
 // {"type": "image_file", "path"} (a PNG or JPEG, queued with
@@ -55,14 +56,14 @@ std::string content_of(const nlohmann::json &c, std::vector<nlohmann::json> &med
 // The chat on the library's own media calls: text between markers with
 // Conversation::prompt, images with prompt_image(file), clips with prompt_audio.
 void queue_chat(const weft::Model &model, weft::Conversation &conv, const std::string &text,
-                const std::vector<nlohmann::json> &media) {
+                const std::vector<nlohmann::json> &media, bool bos = true, bool special = true) {
   const std::string marker(weft::media_marker());
   std::size_t from = 0;
   for (std::size_t i = 0; i <= media.size(); ++i) {
     const auto at = i < media.size() ? text.find(marker, from) : std::string::npos;
     if (i < media.size() && at == std::string::npos) throw std::runtime_error("the template lost a media marker");
     const std::string piece = text.substr(from, at == std::string::npos ? std::string::npos : at - from);
-    if (!piece.empty()) conv.prompt(piece, {.add_bos = i == 0 && model.bos() >= 0, .parse_special = true});
+    if (!piece.empty()) conv.prompt(piece, {.add_bos = bos && i == 0 && model.bos() >= 0, .parse_special = special});
     if (i == media.size()) break;
     const auto bytes = file_bytes(media[i]["path"].get<std::string>());
     if (media[i]["type"] == "image_file") {
@@ -100,12 +101,18 @@ int main(int argc, char **argv) {
     auto conv = ex.create();
     if (req.contains("prompts")) {
       for (const auto &p : req["prompts"]) {
-        const auto t = model.tokenize(p.get<std::string>(), {.add_bos = prompt.empty() && model.bos() >= 0});
-        conv.prompt(t);
+        if (p.is_array()) {
+          // A message's parts, as /v1/conversations/{id}/messages takes them.
+          std::vector<nlohmann::json> media;
+          const std::string text = content_of(p, media);
+          queue_chat(model, conv, text, media, conv.n_tokens() == 0, false);
+        } else {
+          conv.prompt(model.tokenize(p.get<std::string>(), {.add_bos = conv.n_tokens() == 0 && model.bos() >= 0}));
+        }
         while (!ex.step().idle) {
         }
-        prompt.insert(prompt.end(), t.begin(), t.end());
       }
+      prompt = conv.tokens();
     } else if (req.contains("messages")) {
       std::vector<weft::ChatMessage> msgs;
       std::vector<nlohmann::json> media;

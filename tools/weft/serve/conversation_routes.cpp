@@ -113,22 +113,35 @@ void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response 
   auto turn = std::make_shared<Turn>(ctx.cluster->begin_turn(id_of(req), who, if_version));
   TurnGuard guard{*ctx.cluster, turn};
   auto entry = turn->entry;
+  // content: a string, or parts as a chat message's (text, image_url, input_audio).
   std::string content;
-  if (const Json *v = optional_field(body, "content", Json::value_t::string, "a string")) content = v->get<std::string>();
+  std::vector<PromptMedia> media;
+  if (const auto c = body.find("content"); c != body.end() && c->is_array()) {
+    const auto n_media = count_media_parts(*c);
+    if (n_media > ctx.media.max_parts)
+      throw bad_param("content", fmt::format("'content' holds {} images and audio clips; this server takes at most {} "
+                                             "per request (--max-media)", n_media, ctx.media.max_parts),
+                      "too_many_media");
+    append_parts(*c, "content", ctx.projector, ctx.media, content, media);
+  } else if (const Json *v = optional_field(body, "content", Json::value_t::string, "a string or an array of parts")) {
+    content = v->get<std::string>();
+  }
   bool special = false;
   if (const Json *v = optional_field(body, "parse_special", Json::value_t::boolean, "true or false")) special = v->get<bool>();
   const auto n_before = entry->conv.n_tokens();
-  std::vector<weft::Token> tokens;
+  PromptInput input;
   if (!content.empty())
-    tokens = ctx.model.tokenize(content, {.add_bos = n_before == 0 && ctx.model.bos() >= 0, .parse_special = special});
+    input = make_prompt(ctx.model, content, std::move(media),
+                        {.add_bos = n_before == 0 && ctx.model.bos() >= 0, .parse_special = special}, "content");
+  const auto n_new = input.known_positions();
   const auto n_ctx = ctx.n_ctx();
-  if (n_before + tokens.size() + 1 > n_ctx)
+  if (std::uint64_t{n_before} + n_new + 1 > n_ctx)
     throw ApiError(400, "invalid_request_error", "context_length_exceeded",
                    fmt::format("the conversation holds {} tokens and the message adds {}; the context holds {}",
-                               n_before, tokens.size(), n_ctx),
+                               n_before, n_new, n_ctx),
                    "content");
-  auto g = parse_generation(body, ctx.opt.max_tokens, n_ctx - n_before - static_cast<std::uint32_t>(tokens.size()));
-  auto run = std::make_shared<GenerationRun>(ctx, entry, tokens, g.params,
+  auto g = parse_generation(body, ctx.opt.max_tokens, n_ctx - n_before - n_new);
+  auto run = std::make_shared<GenerationRun>(ctx, entry, input, g.params,
                                              RunOptions{.ignore_eos = g.ignore_eos, .key_id = who.key_id});
   const std::string id = entry->id;
   auto final_json = [id](const RunOutcome &o) {

@@ -34,9 +34,16 @@ GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry
   try {
     if (!prompt.empty()) {
       const auto n_before = entry_->conv.n_tokens();
+      // A prompt with media that fails part way is taken back whole: a
+      // conversation resource keeps no half of a message's images.
+      auto take_back = [&] {
+        if (prompt.has_media() && entry_->conv.n_tokens() > n_before)
+          entry_->conv.rewind(entry_->conv.n_tokens() - n_before);
+      };
       try {
         queue_prompt(entry_->conv, prompt);
       } catch (const weft::Error &e) {
+        take_back();
         if (e.code() == weft::Errc::out_of_range)
           throw ApiError(400, "invalid_request_error", "context_length_exceeded",
                          fmt::format("the prompt does not fit the context: {}", e.what()));
@@ -44,11 +51,13 @@ GenerationRun::GenerationRun(ServeContext &ctx, std::shared_ptr<ConvEntry> entry
       }
       // A clip's positions, and the text around media, are known only now.
       const auto n_after = entry_->conv.n_tokens();
-      if (n_after + 1 > ctx_.n_ctx())
+      if (n_after + 1 > ctx_.n_ctx()) {
+        take_back();
         throw ApiError(400, "invalid_request_error", "context_length_exceeded",
                        fmt::format("This model's maximum context length is {} tokens; the conversation holds {} "
                                    "with the prompt, media included (and at least one must be generated)",
                                    ctx_.n_ctx(), n_after));
+      }
       prompt_tokens_ = n_after - n_before;
     }
     params.ignore_eos = opt_.ignore_eos;

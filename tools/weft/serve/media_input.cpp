@@ -208,6 +208,32 @@ PromptMedia read_media_part(const Json &part, const weft::Projector &projector, 
   return read_audio(part, projector, limits, param);
 }
 
+void append_parts(const Json &parts, const std::string &where, const weft::Projector &projector,
+                  const MediaLimits &limits, std::string &text, std::vector<PromptMedia> &media) {
+  for (std::size_t j = 0; j < parts.size(); ++j) {
+    const Json &part = parts[j];
+    const std::string param = fmt::format("{}[{}]", where, j);
+    if (is_media_part(part)) {
+      media.push_back(read_media_part(part, projector, limits, param));
+      text += weft::media_marker();
+      continue;
+    }
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      throw bad_param(param,
+                      fmt::format("'{}' must be {{\"type\": \"text\", \"text\": ...}}, an image_url part or an "
+                                  "input_audio part",
+                                  param),
+                      "invalid_type");
+    text += part["text"].get<std::string>();
+  }
+}
+
+std::size_t count_media_parts(const Json &parts) {
+  std::size_t n = 0;
+  for (const auto &part : parts) n += is_media_part(part);
+  return n;
+}
+
 ChatInput parse_chat(const Json &body, const weft::Projector &projector, const MediaLimits &limits) {
   const auto it = body.find("messages");
   if (it == body.end()) throw bad_param("messages", "'messages' is required", "missing_required_parameter");
@@ -216,8 +242,7 @@ ChatInput parse_chat(const Json &body, const weft::Projector &projector, const M
   // Counted first, so that a request over the limit decodes nothing.
   std::size_t n_media = 0;
   for (const auto &m : *it)
-    if (m.is_object() && m.contains("content") && m["content"].is_array())
-      for (const auto &part : m["content"]) n_media += is_media_part(part);
+    if (m.is_object() && m.contains("content") && m["content"].is_array()) n_media += count_media_parts(m["content"]);
   if (n_media > limits.max_parts)
     throw bad_param("messages",
                     fmt::format("'messages' holds {} images and audio clips; this server takes at most {} per request "
@@ -238,22 +263,7 @@ ChatInput parse_chat(const Json &body, const weft::Projector &projector, const M
     } else if (c->is_string()) {
       msg.content = c->get<std::string>();
     } else if (c->is_array()) {
-      for (std::size_t j = 0; j < c->size(); ++j) {
-        const Json &part = (*c)[j];
-        const std::string param = fmt::format("{}.content[{}]", where, j);
-        if (is_media_part(part)) {
-          out.media.push_back(read_media_part(part, projector, limits, param));
-          msg.content += marker;
-          continue;
-        }
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          throw bad_param(param,
-                          fmt::format("'{}' must be {{\"type\": \"text\", \"text\": ...}}, an image_url part or an "
-                                      "input_audio part",
-                                      param),
-                          "invalid_type");
-        msg.content += part["text"].get<std::string>();
-      }
+      append_parts(*c, where + ".content", projector, limits, msg.content, out.media);
     } else {
       throw bad_param(where + ".content", fmt::format("'{}.content' must be a string or an array of parts", where),
                       "invalid_type");

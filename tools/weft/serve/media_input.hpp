@@ -70,6 +70,14 @@ void queue_prompt(weft::Conversation &conv, const PromptInput &prompt);
 PromptMedia read_media_part(const Json &part, const weft::Projector &projector, const MediaLimits &limits,
                             const std::string &param);
 
+// Content parts (text, image_url, input_audio) appended to `text`, each
+// image or clip as media_marker() with its media appended to `media`.
+// `where` names the array in every 400 ("messages[2].content").
+void append_parts(const Json &parts, const std::string &where, const weft::Projector &projector,
+                  const MediaLimits &limits, std::string &text, std::vector<PromptMedia> &media);
+// How many of `parts` are images or clips (counted before any is decoded).
+std::size_t count_media_parts(const Json &parts);
+
 // A chat request's messages: content a string or an array of parts (text,
 // image_url, input_audio); each media part becomes media_marker() in its
 // message's content. More than limits.max_parts media is 400 too_many_media.
