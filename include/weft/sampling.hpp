@@ -6,10 +6,20 @@
 // conversation through fork, save and load.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "weft/types.hpp"
 
 namespace weft {
+
+// One entry of SamplerParams::logit_bias: `bias` is added to `token`'s logit.
+struct LogitBias {
+  Token token = 0;
+  float bias = 0.0f;
+};
 
 struct SamplerParams {
   // 0 = greedy (argmax, deterministic). > 0 = sample at this temperature.
@@ -49,6 +59,16 @@ struct SamplerParams {
   // it failed; setting both `grammar` and `json_schema` is
   // Errc::invalid_argument.
   std::string json_schema;
+  // Added to the listed tokens' logits before any other sampling step (the
+  // greedy argmax, the top-k selection, the penalties, the grammar, the
+  // chain); -INFINITY bans a token. The sampler works on its own copy: the
+  // logits a conversation exposes (Conversation::logits()) stay as the model
+  // gave them. Empty = none. Default empty. At most kMaxLogitBias entries;
+  // a NaN or +inf bias, a token listed twice or more entries are
+  // Errc::invalid_argument; a token outside the vocabulary is
+  // Errc::out_of_range when the sampler is set on a conversation.
+  std::vector<LogitBias> logit_bias;
+  static constexpr std::size_t kMaxLogitBias = 1024;
 };
 
 }  // namespace weft

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/internal.hpp"
+#include "core/logit_bias.hpp"
 #include "core/sampling.hpp"
 
 namespace weft::detail {
@@ -55,6 +56,7 @@ void validate(const SamplerParams &p) {
   if (!p.grammar.empty() && p.grammar_root.empty()) {
     fail(Errc::invalid_argument, "SamplerParams.grammar_root is empty but a grammar is set");
   }
+  validate_logit_bias(p.logit_bias);
 }
 
 }  // namespace weft::detail

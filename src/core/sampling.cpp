@@ -16,6 +16,7 @@
 #endif
 
 #include "core/internal.hpp"
+#include "core/logit_bias.hpp"
 #include "core/model_impl.hpp"
 #include "weft/json_schema.hpp"
 
@@ -48,6 +49,7 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
   validate(params_);
   ensure_backend();
   const Model::Impl &m = *model_.impl();
+  check_logit_bias_vocab(params_.logit_bias, m.n_vocab);
 
   if (!params_.grammar.empty() || !params_.json_schema.empty()) {
     const bool from_schema = !params_.json_schema.empty();
@@ -171,6 +173,7 @@ void Sampler::check_size(std::span<const float> logits) const {
 }
 
 Token Sampler::sample(std::span<const float> logits, bool ban_eog) {
+  logits = apply_logit_bias(logits, params_.logit_bias, biased_);  // the paths below see it as the logits
   const auto &eog = model_.impl()->eog;
   ban_eog = ban_eog && !eog.empty();
   if (fast_top_k_) {
@@ -327,6 +330,7 @@ class TopK {
 }  // namespace
 
 Token Sampler::sample_top_k(std::span<const float> logits, bool ban_eog) {
+  logits = apply_logit_bias(logits, params_.logit_bias, biased_);
   check_size(logits);
   const float *p = logits.data();
   const std::size_t n = logits.size();
@@ -393,6 +397,7 @@ Token Sampler::sample_top_k(std::span<const float> logits, bool ban_eog) {
 }
 
 Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
+  logits = apply_logit_bias(logits, params_.logit_bias, biased_);
   check_size(logits);
   // One candidate array per thread, shared by every sampler on it (384 KB
   // for 32,000 tokens), rather than one per sampler: 64 conversations at a

@@ -39,7 +39,8 @@ void validate(const SamplerParams &p);
 
 class Sampler {
  public:
-  // Validates, then builds [grammar] -> penalties -> top_k -> top_p -> min_p ->
+  // Validates (a logit_bias token outside the vocabulary is
+  // Errc::out_of_range), then builds [grammar] -> penalties -> top_k -> top_p -> min_p ->
   // temp -> dist(seed), or [grammar] -> penalties -> greedy when temperature is
   // 0. Stages that are off (top_k 0, top_p 1, min_p 0) are left out.
   // penalty_last_n = -1 ("the whole context") means `n_ctx` tokens, or the
@@ -60,7 +61,9 @@ class Sampler {
   Sampler clone() const;
 
   // Picks a token from `logits` (size n_vocab, else Errc::invalid_argument;
-  // a NaN entry is refused too). Advances the RNG (temperature > 0) but not the
+  // a NaN entry is refused too), plus params().logit_bias, added in a copy
+  // of its own before every path below (so a bias can change the argmax and
+  // the top k). Advances the RNG (temperature > 0) but not the
   // penalty history or grammar: call accept() with the token that is kept.
   // Throws Errc::invalid_argument "grammar admits no token" when the grammar
   // (together with -inf logits) leaves nothing to choose, or when every logit
@@ -136,6 +139,7 @@ class Sampler {
   Ptr grammar_;  // null without a grammar; kept apart so sample() can tell why nothing is left
   Ptr chain_;    // penalties ... temperature; weft selects (greedy or its own RNG)
   std::vector<float> masked_;          // the logits with EOG masked (ban_eog), reused
+  std::vector<float> biased_;          // the logits plus params_.logit_bias (when set), reused
   // weft draws from the final distribution itself so the RNG state is one
   // serialisable number (llama.cpp's dist sampler hides its engine).
   std::uint64_t rng_ = 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/internal.hpp"
+#include "core/logit_bias.hpp"
 #include "state/state_codec.hpp"
 
 namespace weft::detail {
@@ -33,7 +34,7 @@ class Writer {
     put<std::uint32_t>(static_cast<std::uint32_t>(t.size()));
     raw(t.data(), t.size() * sizeof(Token));
   }
-  // `version` >= 7 adds json_schema.
+  // `version` >= 7 adds json_schema, >= 8 logit_bias.
   void sampler(const SamplerParams &p, std::uint32_t version) {
     put(p.temperature);
     put<std::int32_t>(p.top_k);
@@ -47,6 +48,13 @@ class Writer {
     str(p.grammar);
     str(p.grammar_root);
     if (version >= 7) str(p.json_schema);
+    if (version >= 8) {
+      put<std::uint32_t>(static_cast<std::uint32_t>(p.logit_bias.size()));
+      for (const LogitBias &b : p.logit_bias) {
+        put<std::int32_t>(b.token);
+        put(b.bias);
+      }
+    }
   }
   void sampler_state(const std::optional<Sampler::State> &s) {
     put<std::uint8_t>(s ? 1 : 0);
@@ -99,7 +107,7 @@ class Reader {
     }
     return t;
   }
-  SamplerParams sampler(std::uint32_t version) {
+  SamplerParams sampler(std::uint32_t version, std::int32_t n_vocab) {
     SamplerParams p;
     p.temperature = get<float>("sampler.temperature");
     p.top_k = get<std::int32_t>("sampler.top_k");
@@ -113,8 +121,16 @@ class Reader {
     p.grammar = str("sampler.grammar");
     p.grammar_root = str("sampler.grammar_root");
     if (version >= 7) p.json_schema = str("sampler.json_schema");
+    if (version >= 8) {
+      p.logit_bias.resize(count(SamplerParams::kMaxLogitBias, "sampler.logit_bias count"));
+      for (LogitBias &b : p.logit_bias) {
+        b.token = get<std::int32_t>("sampler.logit_bias.token");
+        b.bias = get<float>("sampler.logit_bias.bias");
+      }
+    }
     try {
       validate(p);
+      check_logit_bias_vocab(p.logit_bias, n_vocab);
     } catch (const Error &e) {
       fail(Errc::corrupt, fmt::format("{}: {}", what_, e.what()));
     }

@@ -90,7 +90,12 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   w.raw(kConvMagic, 8);
   const bool schema = !r.sampler_params.json_schema.empty() ||
                       (r.gen && r.gen->sampler && !r.gen->sampler->json_schema.empty());
-  const std::uint32_t version = schema ? 7u : r.gen && r.gen->ignore_eos ? 6u : kPlainStateVersion;
+  const bool bias = !r.sampler_params.logit_bias.empty() ||
+                    (r.gen && r.gen->sampler && !r.gen->sampler->logit_bias.empty());
+  const std::uint32_t version = bias     ? 8u
+                                : schema ? 7u
+                                : r.gen && r.gen->ignore_eos ? 6u
+                                                             : kPlainStateVersion;
   w.put(version);
   w.put(fingerprint);
   w.put<std::int32_t>(n_vocab);
@@ -175,7 +180,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
       if (std::isnan(x)) fail(Errc::corrupt, fmt::format("{}: logits hold NaN", what));
     }
   }
-  c.sampler_params = r.sampler(version);
+  c.sampler_params = r.sampler(version, n_vocab);
   c.sampler_state = r.sampler_state(n_vocab);
   c.priority = r.get<std::int32_t>("priority");
   c.gen_token_queued = r.flag("gen_token_queued");
@@ -186,7 +191,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
     if (version >= 6) g.ignore_eos = r.flag("generation.ignore_eos");
     const auto n_stop = r.count(kMaxStops, "generation.stop count");
     for (std::uint32_t i = 0; i < n_stop; ++i) g.stop.push_back(r.str("generation.stop"));
-    if (r.flag("generation.has_sampler")) g.sampler = r.sampler(version);
+    if (r.flag("generation.has_sampler")) g.sampler = r.sampler(version, n_vocab);
     g.sampler_state = r.sampler_state(n_vocab);
     g.tokens = r.tokens("generation.tokens", n_vocab);
     g.text = r.str("generation.text");

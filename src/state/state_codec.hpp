@@ -16,10 +16,10 @@
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 7;  // the newest read
+inline constexpr std::uint32_t kStateVersion = 8;  // the newest read
 // Written unless the state needs a later version's field (a generation with
-// ignore_eos: version 6; a sampler with a json_schema: version 7), so such
-// states stay readable by an older weft.
+// ignore_eos: version 6; a sampler with a json_schema: version 7; one with a
+// logit_bias: version 8), so such states stay readable by an older weft.
 inline constexpr std::uint32_t kPlainStateVersion = 5;
 inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
 // Bounds checked before anything is allocated from a length field.

@@ -189,10 +189,10 @@ TEST(State, BadStateIsRefusedAndTheExecutorUnchanged) {
     const auto crc = weft::detail::crc32(std::span(b).first(b.size() - 4));
     std::memcpy(b.data() + b.size() - 4, &crc, 4);
   };
-  auto v8 = good;
-  v8[8] = 8;
-  fix_crc(v8);
-  EXPECT_TRUE(throws_weft(load(v8), Errc::incompatible, "version 8"));
+  auto v9 = good;
+  v9[8] = 9;
+  fix_crc(v9);
+  EXPECT_TRUE(throws_weft(load(v9), Errc::incompatible, "version 9"));
   // Another model.
   const auto other_path = weft_test::temp_dir("other-model") / "other.gguf";
   weft::make_model({.preset = weft::ModelPreset::tiny, .seed = 99, .out = other_path.string()});
