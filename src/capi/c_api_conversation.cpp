@@ -36,11 +36,14 @@ weft_sampler_params sampler_defaults() {
   p.penalty_last_n = d.penalty_last_n;
   p.seed = d.seed;
   p.json_schema = nullptr;
+  p.logit_bias = nullptr;
+  p.n_logit_bias = 0;
   return p;
 }
 
-// Before `json_schema` was appended, and now.
+// Before `json_schema` was appended, before `logit_bias`, and now.
 const std::initializer_list<std::size_t> kSamplerParamsSizes = {offsetof(weft_sampler_params, json_schema),
+                                                                offsetof(weft_sampler_params, logit_bias),
                                                                 sizeof(weft_sampler_params)};
 
 SamplerParams to_sampler(const weft_sampler_params *in) {
@@ -59,6 +62,14 @@ SamplerParams to_sampler(const weft_sampler_params *in) {
   s.grammar = std::string(cstr_arg(p.grammar, "weft_sampler_params.grammar", true));
   if (p.grammar_root != nullptr) s.grammar_root = std::string(cstr_arg(p.grammar_root, "weft_sampler_params.grammar_root"));
   s.json_schema = std::string(cstr_arg(p.json_schema, "weft_sampler_params.json_schema", true));
+  if (p.n_logit_bias > SamplerParams::kMaxLogitBias) {  // before reading them
+    fail(WEFT_ERR_INVALID_ARGUMENT, fmt::format("weft_sampler_params.n_logit_bias = {}; at most {} are taken",
+                                                p.n_logit_bias, SamplerParams::kMaxLogitBias));
+  }
+  if (p.n_logit_bias > 0) need(p.logit_bias, "weft_sampler_params.logit_bias");
+  for (std::size_t i = 0; i < p.n_logit_bias; ++i) {
+    s.logit_bias.push_back({p.logit_bias[i].token, p.logit_bias[i].bias});
+  }
   return s;
 }
 

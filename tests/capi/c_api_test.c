@@ -186,6 +186,7 @@ int main(int argc, char **argv) {
       {"rewind_remove_shift", test_rewind_remove_shift},
       {"generation", test_generation},
       {"sampler", test_sampler},
+      {"logit_bias", test_logit_bias},
       {"dispose_and_executor_gone", test_dispose_and_executor_gone},
       {"pressure", test_pressure},
       {"state", test_state},

@@ -113,6 +113,7 @@ void test_worker_and_events(void);
 void test_fork_equivalence(void);
 void test_rewind_remove_shift(void);
 void test_sampler(void);
+void test_logit_bias(void);
 void test_dispose_and_executor_gone(void);
 void test_pressure(void);
 /* c_api_test_generation.c */

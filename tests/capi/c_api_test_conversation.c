@@ -373,3 +373,109 @@ void test_pressure(void) {
   CHECK_OK(weft_executor_free(ex));
   CHECK_OK(weft_model_free(m));
 }
+
+/* The index of the largest of l[0, n), the first of equal maxima. */
+static int32_t argmax_of(const float *l, size_t n) {
+  size_t i, best = 0;
+  for (i = 1; i < n; ++i)
+    if (l[i] > l[best]) best = i;
+  return (int32_t)best;
+}
+
+/* logit_bias: greedy samples the argmax of the conversation's logits plus
+   the bias, and the logits it exposes stay unbiased; a state saved with the
+   bias and loaded samples as the original does; the refusals; a struct_size
+   from before logit_bias reads none. */
+void test_logit_bias(void) {
+  weft_model *m = load_tiny();
+  weft_executor *ex;
+  weft_conversation *c = NULL, *back = NULL;
+  weft_sampler_params sp;
+  weft_logit_bias lb[3];
+  weft_bytes *b = NULL;
+  const uint8_t *data = NULL;
+  float *logits, *after;
+  size_t size = 0, n = 0;
+  int32_t n_vocab = 0, top;
+  weft_token t = -1, u = -1;
+  int i;
+  if (!m) return;
+  CHECK_OK(weft_model_n_vocab(m, &n_vocab));
+  logits = (float *)malloc(sizeof(float) * (size_t)n_vocab);
+  after = (float *)malloc(sizeof(float) * (size_t)n_vocab);
+  ex = make_executor(m, 512, 4);
+  CHECK_OK(weft_conversation_create(ex, &c));
+  CHECK_OK(weft_conversation_prompt_text(c, "The king said", 13, WEFT_TEXT_ADD_BOS));
+  run_until_idle(ex);
+  CHECK_OK(weft_conversation_logits(c, logits, (size_t)n_vocab, &n));
+  top = argmax_of(logits, n);
+  CHECK_OK(weft_sampler_params_init(&sp, sizeof sp));
+  CHECK(sp.logit_bias == NULL && sp.n_logit_bias == 0);
+  /* Ban the argmax, boost token 5 past everything but a 3rd: token 5 wins. */
+  lb[0].token = top;
+  lb[0].bias = -INFINITY;
+  lb[1].token = top == 5 ? 6 : 5;
+  lb[1].bias = 1000.0f;
+  lb[2].token = top == 9 ? 8 : 9;
+  lb[2].bias = -3.0f;
+  sp.logit_bias = lb;
+  sp.n_logit_bias = 3;
+  CHECK_OK(weft_conversation_set_sampler(c, &sp));
+  CHECK_OK(weft_conversation_sample(c, &t));
+  CHECK(t == lb[1].token);
+  CHECK_OK(weft_conversation_logits(c, after, (size_t)n_vocab, &n));
+  CHECK(memcmp(logits, after, sizeof(float) * n) == 0);
+  /* With the ban alone: the argmax of the logits with the argmax banned. */
+  sp.n_logit_bias = 1;
+  CHECK_OK(weft_conversation_set_sampler(c, &sp));
+  logits[top] = -INFINITY;
+  CHECK_OK(weft_conversation_sample(c, &t));
+  CHECK(t == argmax_of(logits, n));
+  /* Saved and loaded, at a temperature: the same draws as the original. */
+  sp.n_logit_bias = 3;
+  lb[1].bias = 2.0f;
+  sp.temperature = 1.0f;
+  sp.top_k = 6;
+  sp.seed = 3;
+  CHECK_OK(weft_conversation_set_sampler(c, &sp));
+  CHECK_OK(weft_conversation_sample(c, &t));
+  CHECK_OK(weft_conversation_save(c, &b));
+  CHECK_OK(weft_bytes_data(b, &data, &size));
+  CHECK(size > 12 && data[8] == 8);
+  CHECK_OK(weft_executor_load(ex, data, size, &back));
+  CHECK_OK(weft_bytes_free(b));
+  for (i = 0; i < 8; ++i) {
+    CHECK_OK(weft_conversation_sample(c, &t));
+    CHECK_OK(weft_conversation_sample(back, &u));
+    CHECK(t == u && t != top);
+  }
+  /* Refusals. */
+  sp.temperature = 0.0f;
+  sp.logit_bias = NULL;
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_NULL_ARG, "weft_sampler_params.logit_bias");
+  sp.logit_bias = lb;
+  sp.n_logit_bias = 1025;
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_INVALID_ARGUMENT,
+            "weft_sampler_params.n_logit_bias = 1025; at most 1024 are taken");
+  sp.n_logit_bias = 3;
+  lb[2].bias = NAN;
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_INVALID_ARGUMENT,
+            ") is NaN; it must be finite or -inf");
+  lb[2].bias = 1.0f;
+  lb[2].token = lb[1].token;
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_INVALID_ARGUMENT, "SamplerParams.logit_bias lists token");
+  lb[2].token = n_vocab;
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_OUT_OF_RANGE, "is outside the vocabulary");
+  /* The size from before logit_bias: no bias read, the plain argmax. */
+  sp.struct_size = offsetof(weft_sampler_params, logit_bias);
+  CHECK_OK(weft_conversation_set_sampler(c, &sp));
+  CHECK_OK(weft_conversation_logits(c, logits, (size_t)n_vocab, &n));
+  CHECK_OK(weft_conversation_sample(c, &t));
+  CHECK(t == argmax_of(logits, n));
+  free(logits);
+  free(after);
+  CHECK_OK(weft_conversation_free(back));
+  CHECK_OK(weft_conversation_free(c));
+  CHECK_OK(weft_executor_free(ex));
+  CHECK_OK(weft_model_free(m));
+}

@@ -77,6 +77,14 @@ WEFT_C_API weft_status weft_conversation_logits(const weft_conversation *convers
 // advances its state; the token is not queued (prompt it to keep it).
 WEFT_C_API weft_status weft_conversation_sample(weft_conversation *conversation, weft_token *out);
 
+// One logit bias: `bias` is added to `token`'s logit. A NaN or +inf bias, a
+// token listed twice or more than 1024 entries: WEFT_ERR_INVALID_ARGUMENT; a
+// token outside the vocabulary: WEFT_ERR_OUT_OF_RANGE.
+typedef struct weft_logit_bias {
+  weft_token token;
+  float bias;
+} weft_logit_bias;
+
 typedef struct weft_sampler_params {
   size_t struct_size;
   const char *grammar;       // NUL-terminated GBNF grammar; NULL or "" = none. Default NULL
@@ -94,13 +102,20 @@ typedef struct weft_sampler_params {
   const char *json_schema;   // NUL-terminated JSON Schema text: sample only JSON that matches it
                              // (weft/json_schema.hpp: keywords, cache); NULL or "" = none; set
                              // with a grammar: WEFT_ERR_INVALID_ARGUMENT. Default NULL
+  // Appended after json_schema (an older struct_size leaves them NULL and 0):
+  const weft_logit_bias *logit_bias;  // n_logit_bias entries, added to those tokens'
+                             // logits before any other sampling step (-INFINITY bans one); read
+                             // when the sampler is set, not kept. Default NULL
+  size_t n_logit_bias;       // at most 1024. NULL with n > 0: WEFT_ERR_NULL_ARG. Default 0
 } weft_sampler_params;
 
 WEFT_C_API weft_status weft_sampler_params_init(weft_sampler_params *params, size_t struct_size);
 // The conversation's own sampler (used by sample and by generations without
 // their own). Default greedy. WEFT_ERR_INVALID_ARGUMENT for bad values, an
-// unparsable grammar or a json_schema that does not convert (the message
-// names where: "JSON schema at #/properties/a: ...").
+// unparsable grammar, a json_schema that does not convert (the message
+// names where: "JSON schema at #/properties/a: ...") or a bad logit bias
+// (see weft_logit_bias); WEFT_ERR_OUT_OF_RANGE for a logit_bias token
+// outside the vocabulary.
 WEFT_C_API weft_status weft_conversation_set_sampler(weft_conversation *conversation,
                                                      const weft_sampler_params *params);
 // Higher goes first when a step cannot serve everyone; a conversation waiting
