@@ -18,6 +18,11 @@ namespace Weft
         // null = none. Not together with Grammar (WeftException
         // InvalidArgument, as is a schema that does not convert).
         public string JsonSchema;
+        // Token id -> bias added to its logit before any other sampling
+        // step; float.NegativeInfinity bans the token. null or empty = none.
+        // At most 1024 entries; a NaN or +inf bias is WeftException
+        // InvalidArgument, a token outside the vocabulary OutOfRange.
+        public System.Collections.Generic.IDictionary<int, float> LogitBias;
 
         public SamplerParams()
         {
@@ -50,6 +55,20 @@ namespace Weft
             n.grammar = mem.Utf8z(Grammar);
             n.grammar_root = mem.Utf8z(GrammarRoot);
             n.json_schema = mem.Utf8z(JsonSchema);
+            if (LogitBias != null && LogitBias.Count > 0)
+            {
+                // weft_logit_bias: int32 token, float bias.
+                var b = new byte[8 * LogitBias.Count];
+                int at = 0;
+                foreach (var kv in LogitBias)
+                {
+                    BitConverter.GetBytes(kv.Key).CopyTo(b, at);
+                    BitConverter.GetBytes(kv.Value).CopyTo(b, at + 4);
+                    at += 8;
+                }
+                n.logit_bias = mem.Bytes(b);
+                n.n_logit_bias = new UIntPtr((uint)LogitBias.Count);
+            }
             return n;
         }
     }

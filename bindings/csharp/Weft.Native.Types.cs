@@ -228,6 +228,8 @@ namespace Weft
         public int top_k, penalty_last_n;
         public uint seed;
         public IntPtr json_schema;  // appended in the C struct
+        public IntPtr logit_bias;   // appended after json_schema: weft_logit_bias[n_logit_bias]
+        public UIntPtr n_logit_bias;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -5,6 +5,7 @@ using System.Collections.Generic;
 using System.Text;
 using System.Threading;
 using Weft;
+using Bias = System.Collections.Generic.Dictionary<int, float>;
 
 namespace Weft.Samples
 {
@@ -32,6 +33,7 @@ namespace Weft.Samples
                 Errors(model, modelPath);
                 IgnoreEos(model);
                 JsonSchema(model);
+                LogitBias(model);
                 OnFinish(model);
                 Pressure(model);
                 ManyThreads(model);
@@ -100,6 +102,54 @@ namespace Weft.Samples
                 Check.Throws(Status.InvalidArgument, "grammar and SamplerParams.json_schema are both set",
                     () => a.SetSampler(new SamplerParams { JsonSchema = schema, Grammar = "root ::= \"x\"" }),
                     "JsonSchema: beside a Grammar");
+            }
+        }
+
+        // LogitBias: greedy picks the argmax of the logits plus the bias, and
+        // GetLogits() stays unbiased; a banned token is never drawn at a
+        // temperature; the refusals name the entry.
+        private static void LogitBias(Model model)
+        {
+            using (var ex = new Executor(model, Small()))
+            using (var a = ex.CreateConversation())
+            {
+                a.Prompt("The merchant hands over", addBos: true);
+                while (!ex.Step().Idle) { }
+                var logits = a.GetLogits();
+                int top = 0;
+                for (int i = 1; i < logits.Length; ++i) if (logits[i] > logits[top]) top = i;
+                int boosted = top == 500 ? 501 : 500;
+                var bias = new Bias
+                {
+                    { top, float.NegativeInfinity },
+                    { boosted, logits[top] - logits[boosted] - 0.25f },  // just under the banned top
+                    { 7, 2.0f },
+                };
+                a.SetSampler(new SamplerParams { LogitBias = bias });
+                var biased = (float[])logits.Clone();
+                foreach (var kv in bias)
+                    biased[kv.Key] = float.IsNegativeInfinity(kv.Value) ? float.NegativeInfinity : biased[kv.Key] + kv.Value;
+                int want = 0;
+                for (int i = 1; i < biased.Length; ++i) if (biased[i] > biased[want]) want = i;
+                Check.Equal(want, a.Sample(), "LogitBias: greedy is the argmax of the logits plus the bias");
+                Check.True(want != top, "LogitBias: the ban moved the choice");
+                Check.SameLogits(logits, a.GetLogits(), "LogitBias: the conversation's logits stay unbiased");
+                for (uint seed = 1; seed <= 8; ++seed)
+                {
+                    a.SetSampler(new SamplerParams { Temperature = 1.0f, TopK = 3, Seed = seed,
+                        LogitBias = new Bias { { top, float.NegativeInfinity } } });
+                    for (int i = 0; i < 20; ++i) Check.True(a.Sample() != top, "LogitBias: a banned token is never drawn");
+                }
+                Check.Throws(Status.InvalidArgument, "SamplerParams.logit_bias[0].bias (token 3) is NaN; it must be finite or -inf",
+                    () => a.SetSampler(new SamplerParams { LogitBias = new Bias { { 3, float.NaN } } }),
+                    "LogitBias: NaN");
+                Check.Throws(Status.OutOfRange, "SamplerParams.logit_bias[0].token = 32000 is outside the vocabulary [0, 32000)",
+                    () => a.SetSampler(new SamplerParams { LogitBias = new Bias { { 32000, 1.0f } } }),
+                    "LogitBias: outside the vocabulary");
+                var many = new Bias();
+                for (int t = 0; t < 1025; ++t) many[t] = 1.0f;
+                Check.Throws(Status.InvalidArgument, "n_logit_bias = 1025; at most 1024 are taken",
+                    () => a.SetSampler(new SamplerParams { LogitBias = many }), "LogitBias: too many");
             }
         }
 
