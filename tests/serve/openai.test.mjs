@@ -1,5 +1,5 @@
 // weft serve through the official `openai` npm client: chat completions,
-// streaming, stop strings, JSON schema, errors, concurrent streams — each
+// streaming, stop strings, JSON schema, logit bias, errors, concurrent streams — each
 // result compared with the same request run straight on weft's C++ API
 // (serve_reference), for the same seed.
 import { test, before, after } from "node:test";
@@ -30,7 +30,8 @@ const chat = (content, extra = {}) => ({
 // order, where such noise does not move the draw.
 // The reference reads the same fields, minus what it does not need.
 const refOf = (req) => reference({ messages: req.messages, max_tokens: req.max_tokens, temperature: req.temperature,
-  top_p: req.top_p, seed: req.seed, ...(req.stop ? { stop: req.stop } : {}) });
+  top_p: req.top_p, seed: req.seed, ...(req.stop ? { stop: req.stop } : {}),
+  ...(req.logit_bias ? { logit_bias: req.logit_bias } : {}) });
 
 test("models lists the served model", async () => {
   const list = await client.models.list();
@@ -134,6 +135,32 @@ test("response_format json_schema: the reply parses and fits the schema", async 
   assert.throws(() => JSON.parse(plain.choices[0].message.content));
 });
 
+test("logit_bias: +100 forces a token, -100 bans one, a bias at a temperature is the executor's", async () => {
+  const greedy = chat("Any rumours?", { temperature: 0, max_tokens: 6 });
+  const plain = refOf(greedy);
+  // A token the model writes itself (so its text is printable), forced at every step.
+  const forced = plain.completion_token_ids[2];
+  const req = { ...greedy, logit_bias: { [String(forced)]: 100 } };
+  const ref = refOf(req);
+  assert.deepEqual(ref.completion_token_ids, Array(6).fill(forced));
+  const r = await client.chat.completions.create(req);
+  assert.equal(r.choices[0].message.content, ref.text);
+  assert.ok(ref.text.length > 0);
+  assert.notEqual(r.choices[0].message.content, plain.text);
+  // -100 bans the greedy first token: the reply starts elsewhere.
+  const first = plain.completion_token_ids[0];
+  const banned = { ...greedy, logit_bias: { [String(first)]: -100 } };
+  const refBanned = refOf(banned);
+  assert.notEqual(refBanned.completion_token_ids[0], first);
+  const rb = await client.chat.completions.create(banned);
+  assert.equal(rb.choices[0].message.content, refBanned.text);
+  // At a temperature, several biases: the executor's draw for the seed.
+  const hot = chat("Tell me about the forge.", { logit_bias: { [String(forced)]: 3.5, "17": -100, "100": -2 } });
+  const rh = await client.chat.completions.create(hot);
+  assert.equal(rh.choices[0].message.content, refOf(hot).text);
+  assert.notEqual(rh.choices[0].message.content, refOf(chat("Tell me about the forge.")).text);
+});
+
 test("errors: OpenAI's shape and status codes", async () => {
   const expectError = async (req, status, param, code) => {
     await assert.rejects(client.chat.completions.create(req), (e) => {
@@ -155,6 +182,24 @@ test("errors: OpenAI's shape and status codes", async () => {
   await expectError({ model: "tiny", messages: [] }, 400, "messages");
   await expectError({ model: "tiny", messages: [{ role: "user", content: 7 }] }, 400, "messages[0].content");
   await expectError(chat("x", { response_format: { type: "xml" } }), 400, "response_format");
+  // logit_bias: a key that is no token id, a bias outside [-100, 100], not a number, not an object.
+  for (const [bias, message, code] of [
+    [{ abc: 1 }, "'logit_bias' key 'abc' is not a token id in [0, ", "invalid_value"],
+    [{ "99999999": 1 }, "'logit_bias' key '99999999' is not a token id in [0, ", "invalid_value"],
+    [{ "-1": 1 }, "'logit_bias' key '-1' is not a token id in [0, ", "invalid_value"],
+    [{ "5": 101 }, "'logit_bias[\"5\"]' is 101; it must be in [-100, 100]", "invalid_value"],
+    [{ "5": -100.5 }, "'logit_bias[\"5\"]' is -100.5; it must be in [-100, 100]", "invalid_value"],
+    [{ "5": "high" }, "'logit_bias[\"5\"]' must be a number, not \"high\"", "invalid_type"],
+    [[1, 2], "'logit_bias' must be an object of token ids to numbers, not [1,2]", "invalid_type"],
+  ]) {
+    await assert.rejects(client.chat.completions.create(chat("x", { logit_bias: bias })), (e) => {
+      assert.equal(e.status, 400, e.message);
+      assert.equal(e.param, "logit_bias", e.message);
+      assert.equal(e.code, code, e.message);
+      assert.ok(e.message.includes(message), e.message);
+      return true;
+    });
+  }
   // A schema libweft's converter refuses; the message says where.
   await assert.rejects(client.chat.completions.create(chat("x", { response_format: { type: "json_schema",
     json_schema: { name: "n", schema: { type: "object", properties: { a: { type: "strin" } } } } } })), (e) => {

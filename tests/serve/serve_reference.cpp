@@ -1,6 +1,7 @@
 // The independent path the serve tests compare against: the same request
 // run straight on weft's C++ API, no HTTP, no server code. Prints one JSON
-// line: {"text", "prompt_tokens", "completion_tokens", "finish_reason"}.
+// line: {"text", "prompt_tokens", "prompt_token_ids", "completion_tokens",
+// "completion_token_ids", "finish_reason"}.
 //
 //   serve_reference MODEL CTX PARALLEL BATCH THREADS REQUEST_JSON [MMPROJ]
 //
@@ -10,7 +11,7 @@
 // decoded before the next, as a conversation resource is prompted by
 // create then messages; BOS before the first; with MMPROJ an element may be
 // an array of parts, as below, queued around its media), with "max_tokens", "temperature", "top_p", "seed",
-// "stop" as in the OpenAI request. With MMPROJ (a projector for MODEL), a
+// "stop" and "logit_bias" ({"id": bias}, -100 = a ban: SamplerParams's -inf) as in the OpenAI request. With MMPROJ (a projector for MODEL), a
 // message's content may be an array of parts: {"type": "text", "text"},
 // {"type": "image_file", "path"} (a PNG or JPEG, queued with
 // Conversation::prompt_image) and {"type": "audio_f32", "path"} (raw
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -133,6 +135,12 @@ int main(int argc, char **argv) {
     gp.sampler = weft::SamplerParams{.temperature = req.value("temperature", 1.0f),
                                      .top_p = req.value("top_p", 1.0f),
                                      .seed = req.value("seed", 0u)};
+    if (req.contains("logit_bias")) {
+      for (const auto &[id, b] : req["logit_bias"].items()) {
+        const auto bias = b.get<double>();
+        gp.sampler->logit_bias.push_back({std::stoi(id), bias == -100 ? -INFINITY : static_cast<float>(bias)});
+      }
+    }
     if (req.contains("stop")) {
       if (req["stop"].is_string()) gp.stop.push_back(req["stop"].get<std::string>());
       else for (const auto &s : req["stop"]) gp.stop.push_back(s.get<std::string>());
@@ -155,6 +163,7 @@ int main(int argc, char **argv) {
                                 {"prompt_tokens", prompt.size()},
                                 {"prompt_token_ids", prompt},
                                 {"completion_tokens", r.tokens.size()},
+                                {"completion_token_ids", r.tokens},
                                 {"finish_reason", reason}};
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;

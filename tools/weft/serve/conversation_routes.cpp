@@ -140,7 +140,7 @@ void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response 
                    fmt::format("the conversation holds {} tokens and the message adds {}; the context holds {}",
                                n_before, n_new, n_ctx),
                    "content");
-  auto g = parse_generation(body, ctx.opt.max_tokens, n_ctx - n_before - n_new);
+  auto g = parse_generation(body, ctx.opt.max_tokens, n_ctx - n_before - n_new, ctx.model.n_vocab());
   auto run = std::make_shared<GenerationRun>(ctx, entry, input, g.params,
                                              RunOptions{.ignore_eos = g.ignore_eos, .key_id = who.key_id});
   const std::string id = entry->id;

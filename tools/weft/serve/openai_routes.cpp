@@ -141,7 +141,7 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
     }
   }
   const std::uint32_t room = ctx.n_ctx() - input.known_positions();
-  auto g = parse_generation(body, ctx.opt.max_tokens, room);
+  auto g = parse_generation(body, ctx.opt.max_tokens, room, ctx.model.n_vocab());
 
   auto entry = ctx.registry.add(ctx.ex->create(), chat ? "chat.completion" : "text_completion", {},
                                 who.key_id, /*fresh=*/true);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
 #include <random>
 
@@ -96,6 +97,35 @@ std::string json_schema_for(const Json &body) {
   }
 }
 
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}; -100 bans the
+// token (SamplerParams's -inf), as OpenAI documents it.
+std::vector<weft::LogitBias> logit_bias(const Json &body, std::int32_t n_vocab) {
+  const Json *lb = optional_field(body, "logit_bias", Json::value_t::object, "an object of token ids to numbers");
+  if (lb == nullptr) return {};
+  if (lb->size() > weft::SamplerParams::kMaxLogitBias) {
+    throw bad_param("logit_bias", fmt::format("'logit_bias' has {} entries; at most {} are allowed", lb->size(),
+                                              weft::SamplerParams::kMaxLogitBias));
+  }
+  std::vector<weft::LogitBias> out;
+  for (const auto &[key, v] : lb->items()) {
+    std::int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0 || id >= n_vocab) {
+      throw bad_param("logit_bias", fmt::format("'logit_bias' key '{}' is not a token id in [0, {})", key, n_vocab));
+    }
+    if (!v.is_number()) {
+      throw bad_param("logit_bias", fmt::format("'logit_bias[\"{}\"]' must be a number, not {}", key, shown(v)),
+                      "invalid_type");
+    }
+    const double b = v.get<double>();
+    if (!(b >= -100 && b <= 100)) {
+      throw bad_param("logit_bias", fmt::format("'logit_bias[\"{}\"]' is {}; it must be in [-100, 100]", key, b));
+    }
+    out.push_back({static_cast<weft::Token>(id), b == -100 ? -INFINITY : static_cast<float>(b)});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string required_string(const Json &body, std::string_view key) {
@@ -113,7 +143,8 @@ const Json *optional_field(const Json &body, std::string_view key, Json::value_t
   return &*it;
 }
 
-GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_limit, std::uint32_t room) {
+GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_limit, std::uint32_t room,
+                                   std::int32_t n_vocab) {
   GenerationRequest out;
   const char *max_key = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   const auto dflt = std::max<std::uint32_t>(1, std::min(max_tokens_limit, room));
@@ -136,6 +167,7 @@ GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_li
   s.seed = body.contains("seed") && !body["seed"].is_null() ? static_cast<std::uint32_t>(seed)
                                                              : static_cast<std::uint32_t>(std::random_device{}());
   s.json_schema = json_schema_for(body);
+  s.logit_bias = logit_bias(body, n_vocab);
   out.params.sampler = s;
   out.params.stop = stops(body);
   out.stream = boolean(body, "stream", false);

@@ -27,10 +27,12 @@ struct GenerationRequest {
 };
 
 // Reads max_tokens (or max_completion_tokens), temperature, top_p, seed,
-// stop, n (only 1), frequency_penalty, presence_penalty, response_format,
+// stop, n (only 1), frequency_penalty, presence_penalty, response_format, logit_bias,
 // stream, stream_options and ignore_eos. `max_tokens_limit` is the server's cap;
 // `room` the context left after the prompt (the default max_tokens).
-GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_limit, std::uint32_t room);
+// `n_vocab` bounds logit_bias's token ids.
+GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_limit, std::uint32_t room,
+                                   std::int32_t n_vocab);
 
 // Required string field.
 std::string required_string(const Json &body, std::string_view key);
