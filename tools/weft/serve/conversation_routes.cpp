@@ -117,11 +117,7 @@ void messages(ServeContext &ctx, const httplib::Request &req, httplib::Response 
   std::string content;
   std::vector<PromptMedia> media;
   if (const auto c = body.find("content"); c != body.end() && c->is_array()) {
-    const auto n_media = count_media_parts(*c);
-    if (n_media > ctx.media.max_parts)
-      throw bad_param("content", fmt::format("'content' holds {} images and audio clips; this server takes at most {} "
-                                             "per request (--max-media)", n_media, ctx.media.max_parts),
-                      "too_many_media");
+    check_media_count(count_media_parts(*c), ctx.media, "content");
     append_parts(*c, "content", ctx.projector, ctx.media, content, media);
   } else if (const Json *v = optional_field(body, "content", Json::value_t::string, "a string or an array of parts")) {
     content = v->get<std::string>();

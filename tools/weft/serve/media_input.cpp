@@ -11,10 +11,6 @@ namespace weft_cli::serve {
 
 namespace {
 
-ApiError bad_media(const std::string &param, const std::string &message, const char *code) {
-  return bad_param(param, message, code);
-}
-
 bool is_media_part(const Json &part) {
   if (!part.is_object()) return false;
   const auto t = part.find("type");
@@ -25,13 +21,13 @@ bool is_media_part(const Json &part) {
 void require_projector(const weft::Projector &projector, bool audio, const std::string &param) {
   const char *what = audio ? "an audio clip" : "an image";
   if (!projector)
-    throw bad_media(param,
+    throw bad_param(param,
                     fmt::format("'{}' is {}, and this server has no projector: start it with --mmproj PATH (the "
                                 "model's mmproj GGUF) to take images and audio",
                                 param, what),
                     "unsupported_content");
   if (audio ? !projector.audio() : !projector.vision())
-    throw bad_media(param,
+    throw bad_param(param,
                     fmt::format("'{}' is {}, and this server's projector (--mmproj) takes {} only", param, what,
                                 audio ? "images" : "audio"),
                     "unsupported_content");
@@ -43,7 +39,7 @@ std::vector<std::uint8_t> fetch_http(const std::string &url, const MediaLimits &
   const auto slash = rest.find('/');
   const std::string host = rest.substr(0, slash);
   const std::string path = slash == std::string::npos ? "/" : rest.substr(slash);
-  if (host.empty()) throw bad_media(param, fmt::format("'{}': the URL names no host", param), "invalid_image_url");
+  if (host.empty()) throw bad_param(param, fmt::format("'{}': the URL names no host", param), "invalid_image_url");
   httplib::Client cli("http://" + host);
   cli.set_connection_timeout(limits.fetch_timeout_s, 0);
   cli.set_read_timeout(limits.fetch_timeout_s, 0);
@@ -60,18 +56,18 @@ std::vector<std::uint8_t> fetch_http(const std::string &url, const MediaLimits &
     return true;
   });
   if (too_large)
-    throw bad_media(param,
+    throw bad_param(param,
                     fmt::format("'{}': {} is over {} bytes; this server takes at most {} per image (--max-media-bytes)",
                                 param, url.substr(0, 200), limits.max_bytes, limits.max_bytes),
                     "media_too_large");
   if (!res || too_slow)
-    throw bad_media(param,
+    throw bad_param(param,
                     fmt::format("'{}': fetching {} failed: {}", param, url.substr(0, 200),
                                 too_slow ? fmt::format("it took over {} s", limits.fetch_timeout_s)
                                          : httplib::to_string(res.error())),
                     "media_fetch_failed");
   if (res->status != 200)
-    throw bad_media(param, fmt::format("'{}': fetching {} answered HTTP {}", param, url.substr(0, 200), res->status),
+    throw bad_param(param, fmt::format("'{}': fetching {} answered HTTP {}", param, url.substr(0, 200), res->status),
                     "media_fetch_failed");
   return body;
 }
@@ -82,14 +78,14 @@ std::vector<std::uint8_t> image_bytes(const std::string &url, const MediaLimits 
     const auto comma = url.find(',');
     const std::string head = url.substr(5, comma == std::string::npos ? 0 : comma - 5);
     if (comma == std::string::npos || !head.starts_with("image/") || !head.ends_with(";base64"))
-      throw bad_media(param,
+      throw bad_param(param,
                       fmt::format("'{}': a data URL must be data:image/TYPE;base64,DATA, not '{}...'", param,
                                   url.substr(0, std::min<std::size_t>(40, comma))),
                       "invalid_image_url");
     return base64_decode(std::string_view(url).substr(comma + 1), limits.max_bytes, param);
   }
   if (url.starts_with("https://"))
-    throw bad_media(param,
+    throw bad_param(param,
                     fmt::format("'{}': https:// image URLs are not fetched: weft serve keeps no TLS client (TLS "
                                 "stays with the proxy in front, and there are no client certificates here); send "
                                 "the image as a data: URL",
@@ -97,14 +93,14 @@ std::vector<std::uint8_t> image_bytes(const std::string &url, const MediaLimits 
                     "unsupported_url_scheme");
   if (url.starts_with("http://")) {
     if (!limits.allow_remote)
-      throw bad_media(param,
+      throw bad_param(param,
                       fmt::format("'{}': this server does not fetch image URLs (start it with --allow-remote-media "
                                   "for http://); send the image as a data: URL",
                                   param),
                       "remote_media_disabled");
     return fetch_http(url, limits, param);
   }
-  throw bad_media(param,
+  throw bad_param(param,
                   fmt::format("'{}': the URL must be a data:image/...;base64, URL (or http:// with "
                               "--allow-remote-media), not '{}'",
                               param, url.substr(0, 40)),
@@ -122,7 +118,7 @@ PromptMedia read_image(const Json &part, const weft::Projector &projector, const
   try {
     return PromptMedia{.image = projector.prepare(bytes), .audio = {}};
   } catch (const weft::Error &e) {
-    throw bad_media(param, fmt::format("'{}': the image does not decode: {}", param, e.what()), "invalid_image");
+    throw bad_param(param, fmt::format("'{}': the image does not decode: {}", param, e.what()), "invalid_image");
   }
 }
 
@@ -139,7 +135,7 @@ PromptMedia read_audio(const Json &part, const weft::Projector &projector, const
                                                                                     : "";
   require_projector(projector, true, param);
   if (format != "wav")
-    throw bad_media(param,
+    throw bad_param(param,
                     fmt::format("'{}': audio format '{}' is not decoded here; send \"wav\" (PCM or float32, mono or "
                                 "more channels) at {} Hz",
                                 param, format.substr(0, 20), projector.audio_sample_rate()),
@@ -234,6 +230,15 @@ std::size_t count_media_parts(const Json &parts) {
   return n;
 }
 
+void check_media_count(std::size_t n, const MediaLimits &limits, const std::string &param) {
+  if (n > limits.max_parts)
+    throw bad_param(param,
+                    fmt::format("'{}' holds {} images and audio clips; this server takes at most {} per request "
+                                "(--max-media)",
+                                param, n, limits.max_parts),
+                    "too_many_media");
+}
+
 ChatInput parse_chat(const Json &body, const weft::Projector &projector, const MediaLimits &limits) {
   const auto it = body.find("messages");
   if (it == body.end()) throw bad_param("messages", "'messages' is required", "missing_required_parameter");
@@ -243,12 +248,7 @@ ChatInput parse_chat(const Json &body, const weft::Projector &projector, const M
   std::size_t n_media = 0;
   for (const auto &m : *it)
     if (m.is_object() && m.contains("content") && m["content"].is_array()) n_media += count_media_parts(m["content"]);
-  if (n_media > limits.max_parts)
-    throw bad_param("messages",
-                    fmt::format("'messages' holds {} images and audio clips; this server takes at most {} per request "
-                                "(--max-media)",
-                                n_media, limits.max_parts),
-                    "too_many_media");
+  check_media_count(n_media, limits, "messages");
   const std::string_view marker = weft::media_marker();
   ChatInput out;
   for (std::size_t i = 0; i < it->size(); ++i) {

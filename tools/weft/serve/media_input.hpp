@@ -77,6 +77,8 @@ void append_parts(const Json &parts, const std::string &where, const weft::Proje
                   const MediaLimits &limits, std::string &text, std::vector<PromptMedia> &media);
 // How many of `parts` are images or clips (counted before any is decoded).
 std::size_t count_media_parts(const Json &parts);
+// 400 too_many_media when `n` is over limits.max_parts, naming `param`.
+void check_media_count(std::size_t n, const MediaLimits &limits, const std::string &param);
 
 // A chat request's messages: content a string or an array of parts (text,
 // image_url, input_audio); each media part becomes media_marker() in its
