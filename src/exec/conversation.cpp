@@ -99,6 +99,7 @@ void ExecutorCore::claim_slot_locked(Conv &c, const char *what) {
   // Game threads call this while a step may be decoding: no eviction here
   // (it calls llama.cpp); a prefix cache entry gives its slot up at the
   // step's boundary instead.
+  if (c.intent.import) return;  // a load's KV data, imported at the boundary, brings its slot
   if (kv->acquire_unused_slot(c.kv)) return;
   if (kv->spill_on() || kv->slots_free() > 0) return;  // a step parks someone, or evicts a cache entry, for it
   fail(Errc::out_of_range,

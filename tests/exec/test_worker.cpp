@@ -71,6 +71,47 @@ TEST(Worker, GeneratesWhileOtherThreadsPromptAndWait) {
   }
 }
 
+// With a worker, a load's KV data goes in at the worker's next boundary; a
+// prompt right after the load (before that boundary) once claimed a slot of
+// its own, the import then took another, and the first stayed held by a
+// conversation long gone: slots leaked and a dangling holder was read.
+TEST(Worker, PromptRightAfterLoadHoldsOneSlot) {
+  const auto &m = weft_test::tiny();
+  std::mt19937 rng(7);
+  auto p = params();
+  p.n_seq_max = 4;
+  weft::Executor ex(m, p);
+  const auto history = random_tokens(rng, m, 40, true);
+  std::vector<std::uint8_t> bytes;
+  {
+    auto src = ex.create();
+    src.prompt(history);
+    ex.step();
+    bytes = src.save();
+  }
+  ex.start();
+  // More rounds than slots: each leaked slot would be gone for good.
+  for (int round = 0; round < 12; ++round) {
+    auto c = ex.load(bytes);
+    const auto more = random_tokens(rng, m, 5, false);
+    c.prompt(more);
+    auto g = c.generate({.max_tokens = 2});
+    ASSERT_TRUE(g.wait_for(std::chrono::seconds(60))) << "round " << round;
+    ASSERT_EQ(g.reason(), weft::FinishReason::max_tokens) << "round " << round;
+    for (int i = 0; i < 600 && ex.stats().queued_tokens > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto h = history;
+    h.insert(h.end(), more.begin(), more.end());
+    const auto r = g.result();
+    h.insert(h.end(), r.tokens.begin(), r.tokens.end());
+    expect_logits_of(c, h);
+    EXPECT_EQ(ex.stats().slots_used, 1u) << "round " << round << ": only this conversation holds a slot";
+    c.dispose();
+  }
+  ex.stop();
+  ex.step();  // the last dispose is settled at a boundary
+  EXPECT_EQ(ex.stats().slots_used, 0u);
+}
+
 TEST(Worker, SleepsWhenIdleAndWakesOnWork) {
   const auto &m = weft_test::tiny();
   weft::Executor ex(m, params());
