@@ -35,6 +35,25 @@ enum class FinishReason {
 
 WEFT_API const char *finish_reason_name(FinishReason reason) noexcept;
 
+// A token and its log-probability (natural log) under the model.
+struct TokenProb {
+  Token token = 0;
+  float logprob = 0.0f;
+};
+
+// What GenerateParams::logprobs records for one sampled token: its
+// log-probability and the `top_logprobs` most likely tokens at that point,
+// most likely first (ties by lower id). Log-probabilities are the
+// log-softmax of the logits as the model gave them (Conversation::logits()):
+// before logit bias, penalties, grammar and temperature, so they say what
+// the model thought, not what the sampler allowed. A token whose logit is
+// -inf has logprob -inf.
+struct TokenLogprob {
+  Token token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenProb> top;
+};
+
 struct GenerationResult {
   // Every sampled token, including the final one (an end-of-generation token
   // too). All of them are part of the conversation: the last is decoded at
@@ -42,6 +61,9 @@ struct GenerationResult {
   std::vector<Token> tokens;
   // The released text, cut before a matched stop string.
   std::string text;
+  // With GenerateParams::logprobs: one entry per token of `tokens`, in order
+  // (else empty).
+  std::vector<TokenLogprob> logprobs;
   FinishReason reason = FinishReason::running;
   // Set when reason == error.
   std::optional<Error> error;
@@ -72,6 +94,19 @@ struct GenerateParams {
   // executor's destructor. done() is already true; no weft lock is held.
   // Default none. Must not throw (a throw is ignored) nor call step().
   std::function<void(const GenerationResult &result)> on_finish;
+  // Record each sampled token's log-probability (GenerationResult::logprobs,
+  // TokenLogprob): one log-softmax over the vocabulary per token, on the
+  // stepping thread with no lock held. Default false.
+  bool logprobs = false;
+  // How many of the most likely tokens each entry lists as well, in
+  // [0, kMaxTopLogprobs]; more is Errc::out_of_range. Needs `logprobs`
+  // (Errc::invalid_argument otherwise). Default 0.
+  std::uint32_t top_logprobs = 0;
+  static constexpr std::uint32_t kMaxTopLogprobs = 20;
+  // Called on the stepping thread for every sampled token, just before
+  // on_token, with what `logprobs` recorded for it. Default none; needs
+  // `logprobs`. Must not throw (a throw cancels the generation).
+  std::function<void(const TokenLogprob &entry)> on_logprob;
 };
 
 namespace detail {

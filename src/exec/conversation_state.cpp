@@ -35,6 +35,8 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
     GenRecord gr;
     gr.max_tokens = g.params.max_tokens;
     gr.ignore_eos = g.params.ignore_eos;
+    gr.logprobs = g.params.logprobs;
+    gr.top_logprobs = g.params.top_logprobs;
     gr.stop = g.params.stop;
     gr.sampler = g.params.sampler;
     if (g.own_sampler) gr.sampler_state = g.own_sampler->state();
@@ -42,6 +44,7 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
       std::lock_guard lock(g.mu);
       gr.tokens = g.result.tokens;
       gr.text = g.result.text;
+      gr.logprob_entries = g.result.logprobs;
     }
     gr.stream_text = g.stream->text();
     gr.stream_released = g.stream->released();
@@ -133,6 +136,8 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     auto g = std::make_shared<GenState>();
     g->params.max_tokens = r.gen->max_tokens;
     g->params.ignore_eos = r.gen->ignore_eos;
+    g->params.logprobs = r.gen->logprobs;
+    g->params.top_logprobs = r.gen->top_logprobs;
     g->params.stop = r.gen->stop;
     g->params.sampler = r.gen->sampler;
     if (gen_sampler) g->own_sampler = std::make_shared<Sampler>(std::move(*gen_sampler));
@@ -140,6 +145,7 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     g->stream->restore(std::move(r.gen->stream_text), static_cast<std::size_t>(r.gen->stream_released));
     g->result.tokens = std::move(r.gen->tokens);
     g->result.text = std::move(r.gen->text);
+    g->result.logprobs = std::move(r.gen->logprob_entries);
     g->core = x.weak_from_this();
     g->conv_id = c->id;
     c->gen = std::move(g);

@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct TokenCallback {
   Token token;
   std::string text;
   bool finished;
+  std::optional<TokenLogprob> logprob;  // with GenerateParams::logprobs
 };
 
 }  // namespace weft::detail

@@ -61,6 +61,7 @@ struct SampleJob {
   std::shared_ptr<Sampler> sampler;
   std::uint64_t epoch;
   Token token = 0;
+  std::optional<TokenLogprob> logprob;  // with GenerateParams::logprobs
   double seconds = 0;  // the sample took
   std::optional<Error> error;
   bool done = false;  // run-stage jobs: handed to finish_sample_locked, or released

@@ -6,6 +6,7 @@
 
 #include "exec/executor_core.hpp"
 #include "core/internal.hpp"
+#include "core/logprobs.hpp"
 
 namespace weft {
 
@@ -25,6 +26,7 @@ const char *finish_reason_name(FinishReason reason) noexcept {
 Generation Conversation::generate(const GenerateParams &params) {
   if (!handle_) detail::fail(Errc::disposed, "empty Conversation handle");
   if (params.max_tokens == 0) detail::fail(Errc::invalid_argument, "GenerateParams.max_tokens = 0 must be >= 1");
+  detail::validate_logprobs(params);
   auto &core = *handle_->core;
   auto gen = std::make_shared<detail::GenState>();
   gen->params = params;
@@ -32,6 +34,7 @@ Generation Conversation::generate(const GenerateParams &params) {
   // Reserved up front so steps do not reallocate them as the reply grows.
   const std::size_t expect = std::min<std::size_t>(params.max_tokens, 4096);
   gen->result.tokens.reserve(expect);
+  if (params.logprobs) gen->result.logprobs.reserve(expect);
   gen->result.text.reserve(expect * 4);
   if (params.sampler) {
     gen->own_sampler =

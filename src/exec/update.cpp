@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/internal.hpp"
+#include "core/logprobs.hpp"
 #include "exec/executor_core.hpp"
 
 namespace weft::detail {
@@ -62,6 +63,9 @@ void ExecutorCore::sample_job(SampleJob &job, const float *logits) {
     decoder->before_sample();
     job.token = job.sampler->sample(std::span(logits, static_cast<std::size_t>(n_vocab)), job.gen->params.ignore_eos);
     job.sampler->accept(job.token);
+    if (const GenerateParams &p = job.gen->params; p.logprobs) {
+      job.logprob = token_logprob(std::span(logits, static_cast<std::size_t>(n_vocab)), job.token, p.top_logprobs);
+    }
     job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
   } catch (const Error &e) {
     job.error = e;
@@ -178,6 +182,7 @@ void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
   {
     std::lock_guard lock(g.mu);
     g.result.tokens.push_back(token);
+    if (job.logprob) g.result.logprobs.push_back(*job.logprob);
     g.result.text += text;
     n_tokens = g.result.tokens.size();
   }
@@ -201,15 +206,19 @@ void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
     events.post(
         {.kind = EventKind::token, .conversation = c.id, .generation = Generation(gen), .token = token, .text = text});
   }
-  const bool callback = static_cast<bool>(gen->params.on_token);
+  const bool callback = gen->params.on_token || gen->params.on_logprob;
   if (reason != FinishReason::running) finish_generation_locked(c, reason, std::nullopt, !callback);
-  if (callback) outbox.callbacks.push_back({std::move(gen), token, std::move(text), reason != FinishReason::running});
+  if (callback) {
+    outbox.callbacks.push_back(
+        {std::move(gen), token, std::move(text), reason != FinishReason::running, std::move(job.logprob)});
+  }
 }
 
 void ExecutorCore::deliver_callbacks() {
   for (auto &ev : outbox.callbacks) {
     try {
-      ev.gen->params.on_token(ev.token, ev.text);
+      if (ev.logprob && ev.gen->params.on_logprob) ev.gen->params.on_logprob(*ev.logprob);
+      if (ev.gen->params.on_token) ev.gen->params.on_token(ev.token, ev.text);
     } catch (...) {
       // Documented: a throwing callback cancels its generation.
       std::lock_guard lock(mu);

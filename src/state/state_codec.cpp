@@ -92,7 +92,8 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
                       (r.gen && r.gen->sampler && !r.gen->sampler->json_schema.empty());
   const bool bias = !r.sampler_params.logit_bias.empty() ||
                     (r.gen && r.gen->sampler && !r.gen->sampler->logit_bias.empty());
-  const std::uint32_t version = bias     ? 8u
+  const std::uint32_t version = r.gen && r.gen->logprobs ? 9u
+                                : bias                   ? 8u
                                 : schema ? 7u
                                 : r.gen && r.gen->ignore_eos ? 6u
                                                              : kPlainStateVersion;
@@ -121,6 +122,20 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
     w.str(g.text);
     w.str(g.stream_text);
     w.put(g.stream_released);
+    if (version >= 9) {
+      w.put<std::uint8_t>(g.logprobs ? 1 : 0);
+      w.put(g.top_logprobs);
+      w.put<std::uint32_t>(static_cast<std::uint32_t>(g.logprob_entries.size()));
+      for (const TokenLogprob &e : g.logprob_entries) {
+        w.put<std::int32_t>(e.token);
+        w.put(e.logprob);
+        w.put<std::uint32_t>(static_cast<std::uint32_t>(e.top.size()));
+        for (const TokenProb &t : e.top) {
+          w.put<std::int32_t>(t.token);
+          w.put(t.logprob);
+        }
+      }
+    }
   }
   w.put(r.kv_exact);
   w.put(r.kv_from);
@@ -149,6 +164,41 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   w.put(crc32(w.out));
   return std::move(w.out);
 }
+
+namespace {
+
+// GenRecord's logprobs (version 9): one entry per generated token, each
+// naming tokens of the vocabulary.
+void read_logprobs(Reader &r, GenRecord &g, std::int32_t n_vocab, const char *what) {
+  g.logprobs = r.flag("generation.logprobs");
+  g.top_logprobs = r.get<std::uint32_t>("generation.top_logprobs");
+  if (g.top_logprobs > GenerateParams::kMaxTopLogprobs || (!g.logprobs && g.top_logprobs > 0)) {
+    fail(Errc::corrupt, fmt::format("{}: generation.top_logprobs = {} (logprobs {})", what, g.top_logprobs, g.logprobs));
+  }
+  const auto n = r.count(static_cast<std::uint32_t>(g.tokens.size()), "generation.logprobs count");
+  if (g.logprobs && n != g.tokens.size()) {
+    fail(Errc::corrupt, fmt::format("{}: {} logprob entries for {} generated tokens", what, n, g.tokens.size()));
+  }
+  auto token = [&](const char *field) {
+    const auto t = r.get<std::int32_t>(field);
+    if (t < 0 || t >= n_vocab) fail(Errc::corrupt, fmt::format("{}: {} = {} is outside the vocabulary", what, field, t));
+    return t;
+  };
+  g.logprob_entries.resize(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    TokenLogprob &e = g.logprob_entries[i];
+    e.token = token("generation.logprobs.token");
+    if (e.token != g.tokens[i]) fail(Errc::corrupt, fmt::format("{}: logprob entry {} is not token {}'s", what, i, i));
+    e.logprob = r.get<float>("generation.logprobs.logprob");
+    e.top.resize(r.count(g.top_logprobs, "generation.logprobs.top count"));
+    for (TokenProb &t : e.top) {
+      t.token = token("generation.logprobs.top.token");
+      t.logprob = r.get<float>("generation.logprobs.top.logprob");
+    }
+  }
+}
+
+}  // namespace
 
 ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_t fingerprint, std::int32_t n_vocab,
                                std::uint32_t n_ctx) {
@@ -201,6 +251,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
       fail(Errc::corrupt, fmt::format("{}: stream_released {} > stream text {}", what, g.stream_released,
                                       g.stream_text.size()));
     }
+    if (version >= 9) read_logprobs(r, g, n_vocab, what);
     c.gen = std::move(g);
   }
   if (version >= 2) {

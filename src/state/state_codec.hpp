@@ -11,15 +11,16 @@
 
 #include "core/sampling.hpp"
 #include "weft/generation.hpp"
+#include "weft/generation.hpp"
 #include "weft/sampling.hpp"
 #include "weft/types.hpp"
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 8;  // the newest read
+inline constexpr std::uint32_t kStateVersion = 9;  // the newest read
 // Written unless the state needs a later version's field (a generation with
 // ignore_eos: version 6; a sampler with a json_schema: version 7; one with a
-// logit_bias: version 8), so such states stay readable by an older weft.
+// logit_bias: version 8; a generation recording logprobs: version 9), so such states stay readable by an older weft.
 inline constexpr std::uint32_t kPlainStateVersion = 5;
 inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
 // Bounds checked before anything is allocated from a length field.
@@ -69,6 +70,9 @@ struct GenRecord {
   std::string text;                               // released so far
   std::string stream_text;                        // the stream, held-back part included
   std::uint64_t stream_released = 0;
+  bool logprobs = false;                          // version 9: GenerateParams::logprobs
+  std::uint32_t top_logprobs = 0;                 // ...top_logprobs
+  std::vector<TokenLogprob> logprob_entries;      // ...one per token of `tokens`
 };
 
 struct ConvRecord {
