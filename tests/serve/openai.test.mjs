@@ -31,7 +31,8 @@ const chat = (content, extra = {}) => ({
 // The reference reads the same fields, minus what it does not need.
 const refOf = (req) => reference({ messages: req.messages, max_tokens: req.max_tokens, temperature: req.temperature,
   top_p: req.top_p, seed: req.seed, ...(req.stop ? { stop: req.stop } : {}),
-  ...(req.logit_bias ? { logit_bias: req.logit_bias } : {}) });
+  ...(req.logit_bias ? { logit_bias: req.logit_bias } : {}),
+  ...(req.logprobs ? { logprobs: true, top_logprobs: req.top_logprobs ?? 0 } : {}) });
 
 test("models lists the served model", async () => {
   const list = await client.models.list();
@@ -161,6 +162,51 @@ test("logit_bias: +100 forces a token, -100 bans one, a bias at a temperature is
   assert.notEqual(rh.choices[0].message.content, refOf(chat("Tell me about the forge.")).text);
 });
 
+test("logprobs: each token's and the top alternatives are the executor's, streamed or not", async () => {
+  const req = chat("Tell me about the forge.", { logprobs: true, top_logprobs: 3, max_tokens: 10 });
+  const ref = refOf(req);
+  const r = await client.chat.completions.create(req);
+  assert.equal(r.choices[0].message.content, ref.text);
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, ref.completion_tokens);
+  // Serve's KV cells sit elsewhere than the reference's: attention sums in
+  // another order and logits differ in their last bits (see refOf). The
+  // same tokens, in the same order, with values that close.
+  let worst = 0;
+  for (const [i, e] of content.entries()) {
+    const want = ref.logprobs[i];
+    assert.ok(e.logprob <= 0);
+    worst = Math.max(worst, Math.abs(e.logprob - want.logprob));
+    assert.equal(e.top_logprobs.length, 3);
+    for (const [k, t] of e.top_logprobs.entries()) {
+      worst = Math.max(worst, Math.abs(t.logprob - want.top[k][1]));
+      if (k > 0) assert.ok(e.top_logprobs[k - 1].logprob >= t.logprob);
+    }
+  }
+  console.log(`# logprobs: largest difference from the executor's ${worst.toExponential(2)}`);
+  assert.ok(worst < 1e-5, `logprobs differ by ${worst}`);
+  assert.deepEqual(Buffer.concat(content.map((e) => Buffer.from(e.bytes))).toString("utf8"), ref.text);
+  // Streamed: the text as before, every token's logprobs in the last chunk.
+  const chunks = [];
+  for await (const ch of await client.chat.completions.create({ ...req, stream: true })) chunks.push(ch);
+  const withLp = chunks.filter((ch) => ch.choices[0]?.logprobs);
+  assert.equal(withLp.length, 1);
+  assert.ok(withLp[0].choices[0].finish_reason);
+  assert.deepEqual(withLp[0].choices[0].logprobs.content.map((e) => e.bytes), content.map((e) => e.bytes));
+  // Without logprobs: null, as OpenAI answers.
+  const plain = await client.chat.completions.create(chat("Tell me about the forge."));
+  assert.equal(plain.choices[0].logprobs, null);
+  // Legacy completions: logprobs is how many alternatives.
+  const cr = await client.completions.create({ model: "tiny", prompt: "The forge", max_tokens: 5, temperature: 0, logprobs: 2 });
+  const lp = cr.choices[0].logprobs;
+  assert.equal(lp.tokens.length, lp.token_logprobs.length);
+  assert.equal(lp.tokens.length, 5);
+  for (const [i, top] of lp.top_logprobs.entries()) {
+    assert.equal(Object.keys(top).length <= 2, true);
+    assert.equal(Math.max(...Object.values(top)), lp.token_logprobs[i], "greedy takes the most likely");
+  }
+});
+
 test("errors: OpenAI's shape and status codes", async () => {
   const expectError = async (req, status, param, code) => {
     await assert.rejects(client.chat.completions.create(req), (e) => {
@@ -173,6 +219,8 @@ test("errors: OpenAI's shape and status codes", async () => {
   };
   await expectError({ ...chat("x"), model: "gpt-4o" }, 404, "model", "model_not_found");
   await expectError(chat("x", { temperature: 5 }), 400, "temperature");
+  await expectError(chat("x", { top_logprobs: 2 }), 400, "top_logprobs");
+  await expectError(chat("x", { logprobs: true, top_logprobs: 21 }), 400, "top_logprobs");
   await expectError(chat("x", { top_p: 0 }), 400, "top_p");
   await expectError(chat("x", { max_tokens: "many" }), 400, "max_tokens", "invalid_type");
   await expectError(chat("x", { max_tokens: 0 }), 400, "max_tokens");

@@ -11,7 +11,8 @@
 // decoded before the next, as a conversation resource is prompted by
 // create then messages; BOS before the first; with MMPROJ an element may be
 // an array of parts, as below, queued around its media), with "max_tokens", "temperature", "top_p", "seed",
-// "stop" and "logit_bias" ({"id": bias}, -100 = a ban: SamplerParams's -inf) as in the OpenAI request. With MMPROJ (a projector for MODEL), a
+// "stop", "logprobs" and "top_logprobs" (then "logprobs": [{token, logprob, top: [[token, logprob]]}] in the
+// output) and "logit_bias" ({"id": bias}, -100 = a ban: SamplerParams's -inf) as in the OpenAI request. With MMPROJ (a projector for MODEL), a
 // message's content may be an array of parts: {"type": "text", "text"},
 // {"type": "image_file", "path"} (a PNG or JPEG, queued with
 // Conversation::prompt_image) and {"type": "audio_f32", "path"} (raw
@@ -141,6 +142,10 @@ int main(int argc, char **argv) {
         gp.sampler->logit_bias.push_back({std::stoi(id), bias == -100 ? -INFINITY : static_cast<float>(bias)});
       }
     }
+    if (req.value("logprobs", false)) {
+      gp.logprobs = true;
+      gp.top_logprobs = req.value("top_logprobs", 0u);
+    }
     if (req.contains("stop")) {
       if (req["stop"].is_string()) gp.stop.push_back(req["stop"].get<std::string>());
       else for (const auto &s : req["stop"]) gp.stop.push_back(s.get<std::string>());
@@ -159,7 +164,14 @@ int main(int argc, char **argv) {
                              : r.reason == weft::FinishReason::end_of_generation || r.reason == weft::FinishReason::stop_string
                                    ? "stop"
                                    : weft::finish_reason_name(r.reason);
+    nlohmann::json logprobs = nlohmann::json::array();
+    for (const auto &e : r.logprobs) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto &t : e.top) top.push_back({t.token, t.logprob});
+      logprobs.push_back({{"token", e.token}, {"logprob", e.logprob}, {"top", top}});
+    }
     const nlohmann::json out = {{"text", r.text},
+                                {"logprobs", logprobs},
                                 {"prompt_tokens", prompt.size()},
                                 {"prompt_token_ids", prompt},
                                 {"completion_tokens", r.tokens.size()},

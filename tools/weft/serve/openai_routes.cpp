@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "serve/api_error.hpp"
 #include "serve/auth.hpp"
@@ -94,6 +96,48 @@ bool is_token_prompt(const Json &p) {
   return !first.empty() && first[0].is_number();
 }
 
+// OpenAI's logprobs object for `r`'s tokens (null when not asked): chat's
+// {"content": [{token, logprob, bytes, top_logprobs}]}, or the legacy
+// completions' parallel arrays.
+Json logprobs_json(const ServeContext &ctx, const weft::GenerationResult &r, bool chat) {
+  if (r.logprobs.empty()) return nullptr;
+  auto piece = [&](weft::Token t) { return ctx.model.token_piece(t); };
+  // JSON numbers cannot be -inf: the least float stands for it.
+  auto num = [](float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -std::numeric_limits<float>::max(); };
+  if (chat) {
+    Json content = Json::array();
+    auto entry = [&](weft::Token t, float lp) {
+      const std::string s = piece(t);
+      // The piece's UTF-8 bytes: a token may hold part of a character.
+      // (Replies are dumped with invalid UTF-8 replaced; `bytes` keeps them.)
+      return Json{{"token", s},
+                  {"logprob", num(lp)},
+                  {"bytes", Json(std::vector<int>(s.begin(), s.end()))}};
+    };
+    for (const auto &e : r.logprobs) {
+      Json j = entry(e.token, e.logprob);
+      Json top = Json::array();
+      for (const auto &t : e.top) top.push_back(entry(t.token, t.logprob));
+      j["top_logprobs"] = std::move(top);
+      content.push_back(std::move(j));
+    }
+    return Json{{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  Json tokens = Json::array(), lps = Json::array(), tops = Json::array(), offsets = Json::array();
+  std::size_t offset = 0;
+  for (const auto &e : r.logprobs) {
+    const std::string s = piece(e.token);
+    tokens.push_back(s);
+    lps.push_back(num(e.logprob));
+    Json top = Json::object();
+    for (const auto &t : e.top) top[piece(t.token)] = num(t.logprob);
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += s.size();
+  }
+  return Json{{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 struct Completion {
   bool chat = false;
   std::string id, model;
@@ -162,7 +206,9 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
     const auto o = wait_run(*run);
     throw_if_cut(o);
     Json out = c.base(chat ? "chat.completion" : "text_completion");
-    Json choice = {{"index", 0}, {"finish_reason", finish_reason_word(o.result.reason)}, {"logprobs", nullptr}};
+    Json choice = {{"index", 0},
+                   {"finish_reason", finish_reason_word(o.result.reason)},
+                   {"logprobs", logprobs_json(ctx, o.result, chat)}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", o.result.text}, {"refusal", nullptr}};
     } else {
@@ -192,10 +238,13 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
                  },
                  .text = [c](std::string_view t) -> std::vector<Json> { return {c.chunk(c.choice_text(t, nullptr))}; },
                  .tokens = tokens_cb,
-                 .end = [c, include_usage, continuous = g.continuous_usage](const RunOutcome &o) -> std::vector<Json> {
+                 .end = [&ctx, c, include_usage, continuous = g.continuous_usage](const RunOutcome &o) -> std::vector<Json> {
                    Json last = c.chat ? Json{{"index", 0}, {"delta", Json::object()},
                                              {"finish_reason", finish_reason_word(o.result.reason)}}
                                       : c.choice_text("", finish_reason_word(o.result.reason));
+                   // Every token's logprobs, in the last chunk: text chunks
+                   // are released text, not tokens.
+                   if (!o.result.logprobs.empty()) last["logprobs"] = logprobs_json(ctx, o.result, c.chat);
                    std::vector<Json> out{c.chunk(last)};
                    if (continuous) out.back()["usage"] = usage_json(o);
                    if (include_usage) {

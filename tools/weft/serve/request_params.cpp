@@ -126,6 +126,23 @@ std::vector<weft::LogitBias> logit_bias(const Json &body, std::int32_t n_vocab) 
   return out;
 }
 
+// Chat's logprobs (a boolean) with top_logprobs in [0, 20]; the legacy
+// completions' logprobs (an integer: how many alternatives) likewise.
+void read_logprobs(const Json &body, weft::GenerateParams &p) {
+  const auto it = body.find("logprobs");
+  const auto max = static_cast<std::int64_t>(weft::GenerateParams::kMaxTopLogprobs);
+  if (it != body.end() && it->is_number_integer()) {
+    p.logprobs = true;
+    p.top_logprobs = static_cast<std::uint32_t>(integer_in(body, "logprobs", 0, max, 0));
+    return;
+  }
+  p.logprobs = boolean(body, "logprobs", false);
+  if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
+    if (!p.logprobs) throw bad_param("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    p.top_logprobs = static_cast<std::uint32_t>(integer_in(body, "top_logprobs", 0, max, 0));
+  }
+}
+
 }  // namespace
 
 std::string required_string(const Json &body, std::string_view key) {
@@ -176,6 +193,7 @@ GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_li
     out.continuous_usage = boolean(*so, "continuous_usage_stats", false);
   }
   out.ignore_eos = boolean(body, "ignore_eos", false);
+  read_logprobs(body, out.params);
   return out;
 }
 
