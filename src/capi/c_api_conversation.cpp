@@ -86,11 +86,15 @@ weft_generate_params generate_defaults() {
   p.max_tokens = d.max_tokens;
   p.ignore_eos = d.ignore_eos ? 1 : 0;
   p.on_finish = nullptr;
+  p.logprobs = d.logprobs ? 1 : 0;
+  p.top_logprobs = d.top_logprobs;
   return p;
 }
 
-// Before `ignore_eos` and `on_finish` were appended, and now.
+// Before `ignore_eos` and `on_finish` were appended, before `logprobs` and
+// `top_logprobs`, and now.
 const std::initializer_list<std::size_t> kGenerateParamsSizes = {offsetof(weft_generate_params, ignore_eos),
+                                                                 offsetof(weft_generate_params, logprobs),
                                                                  sizeof(weft_generate_params)};
 
 }  // namespace
@@ -278,6 +282,8 @@ weft_status weft_conversation_generate(weft_conversation *conversation, const we
     weft::GenerateParams gp;
     gp.max_tokens = p.max_tokens;
     gp.ignore_eos = p.ignore_eos != 0;
+    gp.logprobs = p.logprobs != 0;
+    gp.top_logprobs = p.top_logprobs;
     if (p.sampler != nullptr) gp.sampler = to_sampler(p.sampler);
     if (p.n_stop > 0) need(p.stop, "weft_generate_params.stop");
     for (std::size_t i = 0; i < p.n_stop; ++i) {
@@ -350,6 +356,23 @@ weft_status weft_generation_tokens(const weft_generation *generation, weft_token
   return guarded(__func__, [&] {
     const auto r = gen_of(generation)->result();
     copy_array_out<weft::Token>(r.tokens, tokens, capacity, out_n);
+  });
+}
+
+weft_status weft_generation_logprob(const weft_generation *generation, size_t index, weft_token_logprob *out,
+                                    weft_token_logprob *top, size_t top_capacity, size_t *out_n_top) {
+  return guarded(__func__, [&] {
+    const auto r = gen_of(generation)->result();
+    need(out, "out");
+    if (index >= r.logprobs.size()) {
+      fail(WEFT_ERR_OUT_OF_RANGE,
+           fmt::format("index {} is past the generation's {} logprob records", index, r.logprobs.size()));
+    }
+    const weft::TokenLogprob &e = r.logprobs[index];
+    std::vector<weft_token_logprob> alts;
+    for (const auto &t : e.top) alts.push_back({t.token, t.logprob});
+    copy_array_out<weft_token_logprob>(alts, top, top_capacity, out_n_top);
+    *out = {e.token, e.logprob};
   });
 }
 

@@ -185,6 +185,7 @@ int main(int argc, char **argv) {
       {"fork_equivalence", test_fork_equivalence},
       {"rewind_remove_shift", test_rewind_remove_shift},
       {"generation", test_generation},
+      {"generation_logprobs", test_generation_logprobs},
       {"sampler", test_sampler},
       {"logit_bias", test_logit_bias},
       {"dispose_and_executor_gone", test_dispose_and_executor_gone},

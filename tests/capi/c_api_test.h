@@ -118,6 +118,7 @@ void test_dispose_and_executor_gone(void);
 void test_pressure(void);
 /* c_api_test_generation.c */
 void test_generation(void);
+void test_generation_logprobs(void);
 /* c_api_test_state.c */
 void test_state(void);
 void test_residency(void);

@@ -191,3 +191,66 @@ void test_generation(void) {
   CHECK_OK(weft_executor_free(ex));
   CHECK_OK(weft_model_free(m));
 }
+
+/* logprobs through the C ABI: each record's token is the sampled one, its
+   logprob the log-softmax of the logits read just before (computed here in
+   double), its top list sorted with the greedy pick first; the errors. */
+void test_generation_logprobs(void) {
+  weft_model *m = load_tiny();
+  weft_executor *ex;
+  weft_conversation *c = NULL;
+  weft_generation *g = NULL;
+  weft_generate_params gp;
+  weft_token_logprob rec, top[4];
+  weft_token toks[4];
+  float *logits;
+  int32_t n_vocab = 0;
+  size_t n = 0, n_top = 0, i;
+  double mx, sum;
+  weft_bool done = 0;
+  int step;
+  if (!m) return;
+  ex = make_executor(m, 1024, 4);
+  CHECK_OK(weft_model_n_vocab(m, &n_vocab));
+  logits = (float *)malloc((size_t)n_vocab * sizeof *logits);
+  CHECK_OK(weft_conversation_create(ex, &c));
+  CHECK_OK(weft_conversation_prompt_text(c, "The merchant said", 17, WEFT_TEXT_ADD_BOS));
+  run_until_idle(ex);
+  CHECK_OK(weft_generate_params_init(&gp, sizeof gp));
+  CHECK(gp.logprobs == 0 && gp.top_logprobs == 0);
+  gp.top_logprobs = 2;
+  CHECK_ERR(weft_conversation_generate(c, &gp, &g), WEFT_ERR_INVALID_ARGUMENT, "needs GenerateParams.logprobs");
+  gp.logprobs = 1;
+  gp.top_logprobs = 21;
+  CHECK_ERR(weft_conversation_generate(c, &gp, &g), WEFT_ERR_OUT_OF_RANGE, "top_logprobs = 21");
+  gp.top_logprobs = 3;
+  gp.max_tokens = 1;
+  for (step = 0; step < 4; ++step) {
+    CHECK_OK(weft_conversation_logits(c, logits, (size_t)n_vocab, &n));
+    CHECK_OK(weft_conversation_generate(c, &gp, &g));
+    run_until_idle(ex);
+    CHECK_OK(weft_generation_wait(g, 60000, &done));
+    CHECK(done == 1);
+    CHECK_OK(weft_generation_tokens(g, toks, 4, &n));
+    CHECK(n == 1);
+    CHECK_OK(weft_generation_logprob(g, 0, &rec, top, 4, &n_top));
+    CHECK(rec.token == toks[0]);
+    CHECK(n_top == 3);
+    mx = logits[0];
+    for (i = 1; i < (size_t)n_vocab; ++i) mx = logits[i] > mx ? logits[i] : mx;
+    sum = 0;
+    for (i = 0; i < (size_t)n_vocab; ++i) sum += exp((double)logits[i] - mx);
+    CHECK(fabs(rec.logprob - ((double)logits[rec.token] - mx - log(sum))) < 1e-5);
+    CHECK(top[0].token == rec.token && top[0].logprob == rec.logprob); /* greedy */
+    CHECK(top[0].logprob >= top[1].logprob && top[1].logprob >= top[2].logprob);
+    CHECK_ERR(weft_generation_logprob(g, 0, &rec, top, 2, &n_top), WEFT_ERR_BUFFER_TOO_SMALL, "capacity is 2");
+    CHECK(n_top == 3);
+    CHECK_ERR(weft_generation_logprob(g, 1, &rec, top, 4, &n_top), WEFT_ERR_OUT_OF_RANGE, "past the generation's 1");
+    CHECK_OK(weft_generation_free(g));
+    g = NULL;
+  }
+  free(logits);
+  CHECK_OK(weft_conversation_free(c));
+  CHECK_OK(weft_executor_free(ex));
+  CHECK_OK(weft_model_free(m));
+}

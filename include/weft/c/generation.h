@@ -52,8 +52,22 @@ typedef struct weft_generate_params {
   // cancel. Default 0.
   weft_bool ignore_eos;
   weft_finish_callback on_finish;      // default NULL
-  // Appended: a struct_size that ends before ignore_eos means 0 and NULL.
+  // Record each sampled token's log-probability under the model's logits
+  // (GenerateParams::logprobs; read with weft_generation_logprob). Default 0.
+  weft_bool logprobs;
+  // How many most likely tokens each record lists too: 0..20, needs
+  // logprobs. Default 0.
+  uint32_t top_logprobs;
+  // Appended: a struct_size that ends before ignore_eos means 0 and NULL;
+  // one that ends before logprobs means 0 for logprobs and top_logprobs.
 } weft_generate_params;
+
+// A token and its log-probability (natural log; -INFINITY for a token the
+// model rules out).
+typedef struct weft_token_logprob {
+  weft_token token;
+  float logprob;
+} weft_token_logprob;
 
 WEFT_C_API weft_status weft_generate_params_init(weft_generate_params *params, size_t struct_size);
 
@@ -79,6 +93,14 @@ WEFT_C_API weft_status weft_generation_text(const weft_generation *generation, c
 // Every sampled token so far, the final one included.
 WEFT_C_API weft_status weft_generation_tokens(const weft_generation *generation, weft_token *tokens,
                                               size_t capacity, size_t *out_n);
+// The log-probability record of sampled token `index` (generated with
+// logprobs): *out the token and its logprob, `top` its *out_n_top most
+// likely tokens, most likely first (WEFT_ERR_BUFFER_TOO_SMALL when
+// top_capacity is less; *out_n_top says how many). WEFT_ERR_OUT_OF_RANGE
+// when `index` is not below the records so far (weft_generation_n_tokens
+// with logprobs, else 0). Copies the records so far: O(tokens) a call.
+WEFT_C_API weft_status weft_generation_logprob(const weft_generation *generation, size_t index, weft_token_logprob *out,
+                                               weft_token_logprob *top, size_t top_capacity, size_t *out_n_top);
 // Waits until done or `timeout_ms` passes; *out_done says which. Someone
 // must be stepping the executor meanwhile.
 WEFT_C_API weft_status weft_generation_wait(const weft_generation *generation, uint32_t timeout_ms,
