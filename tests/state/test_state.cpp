@@ -189,10 +189,11 @@ TEST(State, BadStateIsRefusedAndTheExecutorUnchanged) {
     const auto crc = weft::detail::crc32(std::span(b).first(b.size() - 4));
     std::memcpy(b.data() + b.size() - 4, &crc, 4);
   };
-  auto v9 = good;
-  v9[8] = 9;
-  fix_crc(v9);
-  EXPECT_TRUE(throws_weft(load(v9), Errc::incompatible, "version 9"));
+  constexpr auto kNext = weft::detail::kStateVersion + 1;  // a version this weft does not read yet
+  auto next = good;
+  next[8] = static_cast<std::uint8_t>(kNext);
+  fix_crc(next);
+  EXPECT_TRUE(throws_weft(load(next), Errc::incompatible, "version " + std::to_string(kNext)));
   // Another model.
   const auto other_path = weft_test::temp_dir("other-model") / "other.gguf";
   weft::make_model({.preset = weft::ModelPreset::tiny, .seed = 99, .out = other_path.string()});
