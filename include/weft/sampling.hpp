@@ -69,6 +69,50 @@ struct SamplerParams {
   // Errc::out_of_range when the sampler is set on a conversation.
   std::vector<LogitBias> logit_bias;
   static constexpr std::size_t kMaxLogitBias = 1024;
+
+  // The stages below follow llama.cpp's (llama-server's names and order:
+  // penalties -> DRY -> top_k -> typical_p -> top_p -> min_p -> XTC ->
+  // temperature, or penalties -> DRY -> temperature -> mirostat). Each is off
+  // by default; a sampler that uses any is saved as state version 10.
+
+  // Locally typical sampling: keep the tokens whose surprise is closest to
+  // the distribution's entropy, up to this much probability; 1 = off.
+  // Default 1. Must be in (0, 1]. At a temperature only.
+  float typical_p = 1.0f;
+  // XTC ("exclude top choices"): with this probability, per token, drop
+  // every token whose probability is at least xtc_threshold except the
+  // least likely of them; 0 = off. Default 0. Must be in [0, 1]. At a
+  // temperature only; the chance is drawn from the sampler's own seeded RNG.
+  float xtc_probability = 0.0f;
+  // Default 0.1. Must be in (0, 1]; above 0.5 nothing is ever dropped.
+  float xtc_threshold = 0.1f;
+  // DRY ("don't repeat yourself"): a token that would extend a run of
+  // tokens repeating one already in the last dry_penalty_last_n tokens by
+  // more than dry_allowed_length loses dry_multiplier *
+  // dry_base^(run - dry_allowed_length) from its logit; 0 = off. Default 0.
+  // Must be >= 0. Greedy too. The prompt counts, as for the penalties.
+  float dry_multiplier = 0.0f;
+  // Default 1.75. Must be >= 1.
+  float dry_base = 1.75f;
+  // Default 2. Must be >= 1.
+  std::int32_t dry_allowed_length = 2;
+  // How far back DRY looks; -1 = the whole context, 0 = off. Default -1.
+  // Must be >= -1.
+  std::int32_t dry_penalty_last_n = -1;
+  // Text that ends a run DRY tracks (a newline, a speaker's colon...).
+  // Default {"\n", ":", "\"", "*"}. At most kMaxDryBreakers, each non-empty
+  // and at most kMaxDryBreakerBytes bytes.
+  std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
+  static constexpr std::size_t kMaxDryBreakers = 64;
+  static constexpr std::size_t kMaxDryBreakerBytes = 40;
+  // Mirostat 2.0: 0 = off, 2 = on (1.0 is not offered). It keeps the
+  // surprise of the text near mirostat_tau, replacing top_k, typical_p,
+  // top_p, min_p and XTC. Default 0. At a temperature only.
+  std::int32_t mirostat = 0;
+  // Target surprise (bits). Default 5. Must be > 0 and finite.
+  float mirostat_tau = 5.0f;
+  // Learning rate. Default 0.1. Must be in (0, 1].
+  float mirostat_eta = 0.1f;
 };
 
 }  // namespace weft

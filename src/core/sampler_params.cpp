@@ -57,6 +57,53 @@ void validate(const SamplerParams &p) {
     fail(Errc::invalid_argument, "SamplerParams.grammar_root is empty but a grammar is set");
   }
   validate_logit_bias(p.logit_bias);
+  validate_stages(p);
+}
+
+void validate_stages(const SamplerParams &p) {
+  auto range = [](const char *field, float v, bool ok, const char *what) {
+    if (!ok) fail(Errc::invalid_argument, fmt::format("SamplerParams.{} = {} {}", field, v, what));
+  };
+  range("typical_p", p.typical_p, p.typical_p > 0.0f && p.typical_p <= 1.0f, "is outside (0, 1]");
+  range("xtc_probability", p.xtc_probability, p.xtc_probability >= 0.0f && p.xtc_probability <= 1.0f,
+        "is outside [0, 1]");
+  range("xtc_threshold", p.xtc_threshold, p.xtc_threshold > 0.0f && p.xtc_threshold <= 1.0f, "is outside (0, 1]");
+  range("dry_multiplier", p.dry_multiplier, p.dry_multiplier >= 0.0f && std::isfinite(p.dry_multiplier),
+        "must be finite and >= 0");
+  range("dry_base", p.dry_base, p.dry_base >= 1.0f && std::isfinite(p.dry_base), "must be finite and >= 1");
+  if (p.dry_allowed_length < 1) {
+    fail(Errc::invalid_argument, fmt::format("SamplerParams.dry_allowed_length = {} must be >= 1", p.dry_allowed_length));
+  }
+  if (p.dry_penalty_last_n < -1) {
+    fail(Errc::invalid_argument, fmt::format("SamplerParams.dry_penalty_last_n = {} must be >= -1 (-1 = the whole "
+                                             "context)", p.dry_penalty_last_n));
+  }
+  if (p.dry_sequence_breakers.size() > SamplerParams::kMaxDryBreakers) {
+    fail(Errc::invalid_argument, fmt::format("SamplerParams.dry_sequence_breakers has {} entries; at most {} are taken",
+                                             p.dry_sequence_breakers.size(), SamplerParams::kMaxDryBreakers));
+  }
+  for (std::size_t i = 0; i < p.dry_sequence_breakers.size(); ++i) {
+    const std::string &b = p.dry_sequence_breakers[i];
+    if (b.empty() || b.size() > SamplerParams::kMaxDryBreakerBytes) {
+      fail(Errc::invalid_argument, fmt::format("SamplerParams.dry_sequence_breakers[{}] is {} bytes; each must hold "
+                                               "1 to {}", i, b.size(), SamplerParams::kMaxDryBreakerBytes));
+    }
+  }
+  if (p.mirostat != 0 && p.mirostat != 2) {
+    fail(Errc::invalid_argument, fmt::format("SamplerParams.mirostat = {} must be 0 (off) or 2 (Mirostat 2.0)", p.mirostat));
+  }
+  range("mirostat_tau", p.mirostat_tau, p.mirostat_tau > 0.0f && std::isfinite(p.mirostat_tau),
+        "must be finite and > 0");
+  range("mirostat_eta", p.mirostat_eta, p.mirostat_eta > 0.0f && p.mirostat_eta <= 1.0f, "is outside (0, 1]");
+}
+
+bool uses_stages(const SamplerParams &p) {
+  const SamplerParams d;
+  return p.typical_p != d.typical_p || p.xtc_probability != d.xtc_probability || p.xtc_threshold != d.xtc_threshold ||
+         p.dry_multiplier != d.dry_multiplier || p.dry_base != d.dry_base ||
+         p.dry_allowed_length != d.dry_allowed_length || p.dry_penalty_last_n != d.dry_penalty_last_n ||
+         p.dry_sequence_breakers != d.dry_sequence_breakers || p.mirostat != d.mirostat ||
+         p.mirostat_tau != d.mirostat_tau || p.mirostat_eta != d.mirostat_eta;
 }
 
 }  // namespace weft::detail

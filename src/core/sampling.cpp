@@ -17,6 +17,7 @@
 
 #include "core/internal.hpp"
 #include "core/logit_bias.hpp"
+#include "core/top_k.hpp"
 #include "core/model_impl.hpp"
 #include "weft/json_schema.hpp"
 
@@ -34,11 +35,6 @@ void guarded(const char *what, Fn &&fn) {
   } catch (const std::exception &e) {
     fail(Errc::backend, fmt::format("llama.cpp failed in {}: {}", what, e.what()));
   }
-}
-
-llama_sampler *checked(llama_sampler *s, const char *what) {
-  if (s == nullptr) fail(Errc::backend, fmt::format("llama.cpp could not create the {} sampler", what));
-  return s;
 }
 
 }  // namespace
@@ -76,43 +72,30 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
     grammar_.reset(g);
   }
 
-  chain_.reset(checked(llama_sampler_chain_init(llama_sampler_chain_default_params()), "chain"));
-  auto add = [&](llama_sampler *s, const char *what) { llama_sampler_chain_add(chain_.get(), checked(s, what)); };
-  std::int32_t last_n = params_.penalty_last_n;
-  if (last_n == -1) last_n = n_ctx > 0 ? n_ctx : model_.n_ctx_train();
-  // Index 0 of the chain, always present (an empty stage when off), so accept_prompt() can reach it.
-  add(llama_sampler_init_penalties(m.n_vocab, last_n, params_.repeat_penalty, params_.frequency_penalty,
-                                   params_.presence_penalty),
-      "penalties");
-  if (params_.temperature == 0.0f) {
-    add(llama_sampler_init_greedy(), "greedy");
-  } else {
-    if (params_.top_k > 0) add(llama_sampler_init_top_k(params_.top_k), "top_k");
-    if (params_.top_p < 1.0f) add(llama_sampler_init_top_p(params_.top_p, 1), "top_p");
-    if (params_.min_p > 0.0f) add(llama_sampler_init_min_p(params_.min_p, 1), "min_p");
-    add(llama_sampler_init_temp(params_.temperature), "temp");
-  }
+  const std::int32_t whole = n_ctx > 0 ? n_ctx : model_.n_ctx_train();
+  const std::int32_t last_n = params_.penalty_last_n == -1 ? whole : params_.penalty_last_n;
+  const std::int32_t dry_n = params_.dry_penalty_last_n == -1 ? whole : params_.dry_penalty_last_n;
+  plan_ = plan_chain(params_, dry_n);
+  llama_sampler *temp = nullptr;
+  chain_.reset(build_chain(m.vocab, m.n_vocab, params_, plan_, last_n, dry_n, &temp));
+  temp_.reset(temp);
   rng_ = 0x6a09e667f3bcc909ull ^ (static_cast<std::uint64_t>(params_.seed) * 0x9e3779b97f4a7c15ull);
-  journal_keep_ = grammar_ ? 0 : static_cast<std::size_t>(std::max(0, last_n));
+  mu_ = 2.0f * params_.mirostat_tau;
+  journal_keep_ = grammar_ ? 0 : static_cast<std::size_t>(std::max({0, last_n, plan_.dry ? dry_n : 0}));
   // Mirrors llama_sampler_penalties::is_disabled(): apply() and accept() then do nothing.
-  const bool penalties_off = last_n == 0 || (params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
-                                              params_.presence_penalty == 0.0f);
-  fast_greedy_ = params_.temperature == 0.0f && !grammar_ && penalties_off;
-  fast_top_k_ = params_.temperature != 0.0f && !grammar_ && penalties_off && params_.top_k > 0 &&
+  const bool penalties_off = !plan_.dry && (last_n == 0 || (params_.repeat_penalty == 1.0f &&
+                                                            params_.frequency_penalty == 0.0f &&
+                                                            params_.presence_penalty == 0.0f));
+  fast_greedy_ = plan_.greedy && !grammar_ && penalties_off;
+  fast_top_k_ = !plan_.greedy && !plan_.mirostat && !grammar_ && penalties_off && params_.top_k > 0 &&
                 params_.top_k <= kTopKFastMax;
 }
 
-namespace {
-
-// splitmix64: one 64-bit word of state, identical everywhere.
-std::uint64_t next_u64(std::uint64_t &s) {
-  std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+Sampler::State Sampler::state() const {
+  State s{rng_, journal_, std::nullopt};
+  if (plan_.mirostat) s.mirostat_mu = mu_;
+  return s;
 }
-
-}  // namespace
 
 void Sampler::journal_push(std::int32_t entry) {
   if (!grammar_ && journal_keep_ == 0) return;  // nothing would read it
@@ -138,11 +121,16 @@ Sampler Sampler::restore(const Model &model, const SamplerParams &params, std::i
     fail(Errc::corrupt, fmt::format("sampler state does not replay: {}", err.what()));
   }
   s.rng_ = state.rng;
+  if (state.mirostat_mu) s.mu_ = *state.mirostat_mu;
   return s;
 }
 
-Sampler::Sampler(Model model, SamplerParams params, Ptr grammar, Ptr chain)
-    : model_(std::move(model)), params_(std::move(params)), grammar_(std::move(grammar)), chain_(std::move(chain)) {}
+Sampler::Sampler(Model model, SamplerParams params, Ptr grammar, Ptr chain, Ptr temp)
+    : model_(std::move(model)),
+      params_(std::move(params)),
+      grammar_(std::move(grammar)),
+      chain_(std::move(chain)),
+      temp_(std::move(temp)) {}
 
 Sampler::~Sampler() = default;
 Sampler::Sampler(Sampler &&) noexcept = default;
@@ -151,11 +139,15 @@ Sampler &Sampler::operator=(Sampler &&) noexcept = default;
 Sampler Sampler::clone() const {
   Ptr grammar;
   Ptr chain;
+  Ptr temp;
   guarded("sampler clone", [&] {
     if (grammar_) grammar.reset(checked(llama_sampler_clone(grammar_.get()), "grammar clone"));
     chain.reset(checked(llama_sampler_clone(chain_.get()), "chain clone"));
+    if (temp_) temp.reset(checked(llama_sampler_clone(temp_.get()), "temp clone"));
   });
-  Sampler out(model_, params_, std::move(grammar), std::move(chain));
+  Sampler out(model_, params_, std::move(grammar), std::move(chain), std::move(temp));
+  out.plan_ = plan_;
+  out.mu_ = mu_;
   out.rng_ = rng_;
   out.journal_ = journal_;
   out.journal_keep_ = journal_keep_;
@@ -279,56 +271,6 @@ Token Sampler::sample_argmax(std::span<const float> logits) const {
   return static_cast<Token>(find_first(p, n, max_logit));
 }
 
-namespace {
-
-// The k largest logits of a vector, offered in index order. Candidates that
-// reach thr() are appended to a buffer, compacted to the k largest whenever
-// it fills: appends are cheap, and thr() rises with each compaction.
-class TopK {
- public:
-  // thr: a lower bound of the k-th largest already known (else -inf).
-  TopK(std::vector<llama_token_data> &buf, std::size_t k, float thr)
-      : top_(buf), k_(k), cap_(std::max<std::size_t>(4 * k, 64)), thr_(thr) {
-    top_.clear();
-    top_.reserve(cap_);
-  }
-  // Adds entry i (v >= thr()); returns the new thr().
-  float add(std::size_t i, float v) {
-    top_.push_back({static_cast<llama_token>(i), v, 0.0f});
-    if (top_.size() == cap_) compact();
-    return thr_;
-  }
-  // The k largest in descending order, as llama.cpp's partial sort leaves
-  // them, or false when that is not unique: fewer than k finite, or equal
-  // logits among them or at their edge.
-  bool finish() {
-    if (top_.size() < k_) return false;
-    if (top_.size() > k_) compact();
-    std::sort(top_.begin(), top_.end(), greater);
-    const float t = top_.back().logit;
-    if (!(t > -INFINITY) || out_max_ == t) return false;
-    for (std::size_t j = 1; j < k_; ++j) {
-      if (top_[j].logit == top_[j - 1].logit) return false;
-    }
-    return true;
-  }
-
- private:
-  static constexpr auto greater = [](const llama_token_data &a, const llama_token_data &b) { return a.logit > b.logit; };
-  void compact() {
-    std::nth_element(top_.begin(), top_.begin() + static_cast<std::ptrdiff_t>(k_), top_.end(), greater);
-    out_max_ = std::max(out_max_, top_[k_].logit);  // the largest of those dropped
-    top_.resize(k_);
-    thr_ = std::max_element(top_.begin(), top_.end(), greater)->logit;  // the smallest kept
-  }
-  std::vector<llama_token_data> &top_;
-  std::size_t k_, cap_;
-  float thr_;                  // a logit below this cannot be among the k largest
-  float out_max_ = -INFINITY;  // the largest logit compacted away
-};
-
-}  // namespace
-
 Token Sampler::sample_top_k(std::span<const float> logits, bool ban_eog) {
   logits = apply_logit_bias(logits, params_.logit_bias, biased_);
   check_size(logits);
@@ -393,7 +335,7 @@ Token Sampler::sample_top_k(std::span<const float> logits, bool ban_eog) {
   if (nan || !top.finish()) return -1;
   llama_token_data_array arr{buf.data(), buf.size(), -1, true};
   guarded("sampling", [&] { llama_sampler_apply(chain_.get(), &arr); });
-  return draw(arr);
+  return finish(arr);
 }
 
 Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
@@ -434,6 +376,17 @@ Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
     }
   }
   guarded("sampling", [&] { llama_sampler_apply(chain_.get(), &arr); });
+  return finish(arr);
+}
+
+Token Sampler::finish(llama_token_data_array &arr) {
+  if (plan_.xtc) apply_xtc(arr, params_.xtc_probability, params_.xtc_threshold, rng_);
+  if (temp_) guarded("sampling", [&] { llama_sampler_apply(temp_.get(), &arr); });
+  if (plan_.mirostat) {
+    arr.selected = static_cast<int64_t>(mirostat_select(arr, params_.mirostat_tau, params_.mirostat_eta, mu_, rng_));
+    if (!(arr.data[arr.selected].logit > -INFINITY)) fail(Errc::invalid_argument, "no token is admissible");
+    return arr.data[arr.selected].id;
+  }
   return draw(arr);
 }
 
@@ -446,7 +399,7 @@ Token Sampler::draw(llama_token_data_array &arr) {
     for (std::size_t i = 0; i < arr.size; ++i) {
       total += arr.data[i].logit > -INFINITY ? std::exp(static_cast<double>(arr.data[i].logit - top)) : 0.0;
     }
-    const double u = static_cast<double>(next_u64(rng_) >> 11) * 0x1.0p-53 * total;
+    const double u = next_unit(rng_) * total;
     double acc = 0;
     arr.selected = -1;
     for (std::size_t i = 0; i < arr.size; ++i) {
@@ -489,8 +442,12 @@ void Sampler::accept(Token token) {
 void Sampler::accept_prompt(std::span<const Token> tokens) {
   for (Token t : tokens) model_.check_token(t);
   llama_sampler *penalties = llama_sampler_chain_get(chain_.get(), 0);
+  llama_sampler *dry = plan_.dry ? llama_sampler_chain_get(chain_.get(), 1) : nullptr;
   guarded("penalty accept", [&] {
-    for (Token t : tokens) llama_sampler_accept(penalties, t);
+    for (Token t : tokens) {
+      llama_sampler_accept(penalties, t);
+      if (dry != nullptr) llama_sampler_accept(dry, t);
+    }
   });
   for (Token t : tokens) journal_push(-(t + 1));
 }

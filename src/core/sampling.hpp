@@ -12,11 +12,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/sampling_stages.hpp"
 #include "weft/model.hpp"
 #include "weft/sampling.hpp"
 #include "weft/types.hpp"
@@ -36,6 +38,11 @@ inline constexpr std::size_t kMaxSamplerText = 1u << 20;
 // range (e.g. "SamplerParams.top_p = 1.5 is outside (0, 1]"). NaN fails every
 // range; a text over kMaxSamplerText is Errc::out_of_range.
 void validate(const SamplerParams &p);
+// The checks of typical_p, XTC, DRY and mirostat alone (validate() runs them).
+void validate_stages(const SamplerParams &p);
+// Whether any of those differs from its default: the state then needs
+// version 10 to hold them.
+bool uses_stages(const SamplerParams &p);
 
 class Sampler {
  public:
@@ -116,11 +123,13 @@ class Sampler {
   // RNG position and the journal of accepted tokens that the penalties and
   // the grammar were fed (prompt-only tokens as -(t + 1)). Without a grammar
   // the journal keeps only what the penalty window can still see.
+  // With mirostat, its running mu too (absent: it starts at 2 * tau).
   struct State {
     std::uint64_t rng = 0;
     std::vector<std::int32_t> journal;
+    std::optional<float> mirostat_mu;
   };
-  State state() const { return {rng_, journal_}; }
+  State state() const;
   // A sampler with `params` whose penalties, grammar and RNG are as `state`
   // left them. Throws Errc::corrupt when the journal does not replay (a
   // token the grammar refuses, an id outside the vocabulary).
@@ -132,12 +141,15 @@ class Sampler {
   };
   using Ptr = std::unique_ptr<llama_sampler, Free>;
 
-  Sampler(Model model, SamplerParams params, Ptr grammar, Ptr chain);
+  Sampler(Model model, SamplerParams params, Ptr grammar, Ptr chain, Ptr temp);
 
   Model model_;
   SamplerParams params_;
   Ptr grammar_;  // null without a grammar; kept apart so sample() can tell why nothing is left
   Ptr chain_;    // penalties ... temperature; weft selects (greedy or its own RNG)
+  Ptr temp_;     // the temperature stage, apart from chain_ when XTC runs between them
+  ChainPlan plan_;
+  float mu_ = 0.0f;  // Mirostat 2.0's running maximum surprise
   std::vector<float> masked_;          // the logits with EOG masked (ban_eog), reused
   std::vector<float> biased_;          // the logits plus params_.logit_bias (when set), reused
   // weft draws from the final distribution itself so the RNG state is one
@@ -148,7 +160,9 @@ class Sampler {
   bool fast_greedy_ = false;      // the chain is [penalties, off] -> greedy: sample() is an argmax
   bool fast_top_k_ = false;       // the chain is [penalties, off] -> top_k -> ...: sample() selects the top k
   Token sample_argmax(std::span<const float> logits) const;
-  // What follows the chain's stages: weft's draw, and the checks on it.
+  // After chain_: XTC and the temperature (when split), then weft's draw
+  // (or mirostat's), and the checks on it.
+  Token finish(llama_token_data_array &arr);
   Token draw(llama_token_data_array &arr);
   void check_size(std::span<const float> logits) const;
   void journal_push(std::int32_t entry);

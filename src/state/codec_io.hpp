@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -55,12 +56,30 @@ class Writer {
         put(b.bias);
       }
     }
+    if (version >= 10) {
+      put(p.typical_p);
+      put(p.xtc_probability);
+      put(p.xtc_threshold);
+      put(p.dry_multiplier);
+      put(p.dry_base);
+      put<std::int32_t>(p.dry_allowed_length);
+      put<std::int32_t>(p.dry_penalty_last_n);
+      put<std::uint32_t>(static_cast<std::uint32_t>(p.dry_sequence_breakers.size()));
+      for (const auto &b : p.dry_sequence_breakers) str(b);
+      put<std::int32_t>(p.mirostat);
+      put(p.mirostat_tau);
+      put(p.mirostat_eta);
+    }
   }
-  void sampler_state(const std::optional<Sampler::State> &s) {
+  void sampler_state(const std::optional<Sampler::State> &s, std::uint32_t version) {
     put<std::uint8_t>(s ? 1 : 0);
     if (!s) return;
     put(s->rng);
     tokens(s->journal);
+    if (version >= 10) {
+      put<std::uint8_t>(s->mirostat_mu ? 1 : 0);
+      if (s->mirostat_mu) put(*s->mirostat_mu);
+    }
   }
 };
 
@@ -128,6 +147,20 @@ class Reader {
         b.bias = get<float>("sampler.logit_bias.bias");
       }
     }
+    if (version >= 10) {
+      p.typical_p = get<float>("sampler.typical_p");
+      p.xtc_probability = get<float>("sampler.xtc_probability");
+      p.xtc_threshold = get<float>("sampler.xtc_threshold");
+      p.dry_multiplier = get<float>("sampler.dry_multiplier");
+      p.dry_base = get<float>("sampler.dry_base");
+      p.dry_allowed_length = get<std::int32_t>("sampler.dry_allowed_length");
+      p.dry_penalty_last_n = get<std::int32_t>("sampler.dry_penalty_last_n");
+      p.dry_sequence_breakers.resize(count(SamplerParams::kMaxDryBreakers, "sampler.dry_sequence_breakers count"));
+      for (auto &b : p.dry_sequence_breakers) b = str("sampler.dry_sequence_breakers");
+      p.mirostat = get<std::int32_t>("sampler.mirostat");
+      p.mirostat_tau = get<float>("sampler.mirostat_tau");
+      p.mirostat_eta = get<float>("sampler.mirostat_eta");
+    }
     try {
       validate(p);
       check_logit_bias_vocab(p.logit_bias, n_vocab);
@@ -136,11 +169,15 @@ class Reader {
     }
     return p;
   }
-  std::optional<Sampler::State> sampler_state(std::int32_t n_vocab) {
+  std::optional<Sampler::State> sampler_state(std::int32_t n_vocab, std::uint32_t version) {
     if (!flag("sampler_state.present")) return std::nullopt;
     Sampler::State s;
     s.rng = get<std::uint64_t>("sampler_state.rng");
     s.journal = tokens("sampler_state.journal", n_vocab, true);
+    if (version >= 10 && flag("sampler_state.has_mirostat_mu")) {
+      s.mirostat_mu = get<float>("sampler_state.mirostat_mu");
+      if (!std::isfinite(*s.mirostat_mu)) fail(Errc::corrupt, fmt::format("{}: mirostat mu is not finite", what_));
+    }
     return s;
   }
   void skip(std::size_t n) { pos_ += std::min(n, left()); }

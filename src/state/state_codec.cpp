@@ -92,7 +92,9 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
                       (r.gen && r.gen->sampler && !r.gen->sampler->json_schema.empty());
   const bool bias = !r.sampler_params.logit_bias.empty() ||
                     (r.gen && r.gen->sampler && !r.gen->sampler->logit_bias.empty());
-  const std::uint32_t version = r.gen && r.gen->logprobs ? 9u
+  const bool stages = uses_stages(r.sampler_params) || (r.gen && r.gen->sampler && uses_stages(*r.gen->sampler));
+  const std::uint32_t version = stages                   ? 10u
+                                : r.gen && r.gen->logprobs ? 9u
                                 : bias                   ? 8u
                                 : schema ? 7u
                                 : r.gen && r.gen->ignore_eos ? 6u
@@ -105,7 +107,7 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   w.put<std::uint8_t>(r.logits.empty() ? 0 : 1);
   w.raw(r.logits.data(), r.logits.size() * sizeof(float));
   w.sampler(r.sampler_params, version);
-  w.sampler_state(r.sampler_state);
+  w.sampler_state(r.sampler_state, version);
   w.put(r.priority);
   w.put<std::uint8_t>(r.gen_token_queued ? 1 : 0);
   w.put<std::uint8_t>(r.gen ? 1 : 0);
@@ -117,7 +119,7 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
     for (const auto &s : g.stop) w.str(s);
     w.put<std::uint8_t>(g.sampler ? 1 : 0);
     if (g.sampler) w.sampler(*g.sampler, version);
-    w.sampler_state(g.sampler_state);
+    w.sampler_state(g.sampler_state, version);
     w.tokens(g.tokens);
     w.str(g.text);
     w.str(g.stream_text);
@@ -231,7 +233,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
     }
   }
   c.sampler_params = r.sampler(version, n_vocab);
-  c.sampler_state = r.sampler_state(n_vocab);
+  c.sampler_state = r.sampler_state(n_vocab, version);
   c.priority = r.get<std::int32_t>("priority");
   c.gen_token_queued = r.flag("gen_token_queued");
   if (r.flag("has_generation")) {
@@ -242,7 +244,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
     const auto n_stop = r.count(kMaxStops, "generation.stop count");
     for (std::uint32_t i = 0; i < n_stop; ++i) g.stop.push_back(r.str("generation.stop"));
     if (r.flag("generation.has_sampler")) g.sampler = r.sampler(version, n_vocab);
-    g.sampler_state = r.sampler_state(n_vocab);
+    g.sampler_state = r.sampler_state(n_vocab, version);
     g.tokens = r.tokens("generation.tokens", n_vocab);
     g.text = r.str("generation.text");
     g.stream_text = r.str("generation.stream_text");
