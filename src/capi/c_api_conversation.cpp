@@ -38,13 +38,26 @@ weft_sampler_params sampler_defaults() {
   p.json_schema = nullptr;
   p.logit_bias = nullptr;
   p.n_logit_bias = 0;
+  p.typical_p = d.typical_p;
+  p.xtc_probability = d.xtc_probability;
+  p.xtc_threshold = d.xtc_threshold;
+  p.dry_multiplier = d.dry_multiplier;
+  p.dry_base = d.dry_base;
+  p.dry_allowed_length = d.dry_allowed_length;
+  p.dry_penalty_last_n = d.dry_penalty_last_n;
+  p.dry_sequence_breakers = nullptr;
+  p.n_dry_sequence_breakers = 0;
+  p.mirostat = d.mirostat;
+  p.mirostat_tau = d.mirostat_tau;
+  p.mirostat_eta = d.mirostat_eta;
   return p;
 }
 
-// Before `json_schema` was appended, before `logit_bias`, and now.
-const std::initializer_list<std::size_t> kSamplerParamsSizes = {offsetof(weft_sampler_params, json_schema),
-                                                                offsetof(weft_sampler_params, logit_bias),
-                                                                sizeof(weft_sampler_params)};
+// Before `json_schema` was appended, before `logit_bias`, before
+// `typical_p` and the stages after it, and now.
+const std::initializer_list<std::size_t> kSamplerParamsSizes = {
+    offsetof(weft_sampler_params, json_schema), offsetof(weft_sampler_params, logit_bias),
+    offsetof(weft_sampler_params, typical_p), sizeof(weft_sampler_params)};
 
 SamplerParams to_sampler(const weft_sampler_params *in) {
   weft_sampler_params p = sampler_defaults();
@@ -70,6 +83,29 @@ SamplerParams to_sampler(const weft_sampler_params *in) {
   for (std::size_t i = 0; i < p.n_logit_bias; ++i) {
     s.logit_bias.push_back({p.logit_bias[i].token, p.logit_bias[i].bias});
   }
+  s.typical_p = p.typical_p;
+  s.xtc_probability = p.xtc_probability;
+  s.xtc_threshold = p.xtc_threshold;
+  s.dry_multiplier = p.dry_multiplier;
+  s.dry_base = p.dry_base;
+  s.dry_allowed_length = p.dry_allowed_length;
+  s.dry_penalty_last_n = p.dry_penalty_last_n;
+  if (p.dry_sequence_breakers != nullptr) {
+    if (p.n_dry_sequence_breakers > SamplerParams::kMaxDryBreakers) {  // before reading them
+      fail(WEFT_ERR_INVALID_ARGUMENT, fmt::format("weft_sampler_params.n_dry_sequence_breakers = {}; at most {} are taken",
+                                                  p.n_dry_sequence_breakers, SamplerParams::kMaxDryBreakers));
+    }
+    s.dry_sequence_breakers.clear();
+    for (std::size_t i = 0; i < p.n_dry_sequence_breakers; ++i) {
+      const std::string name = fmt::format("weft_sampler_params.dry_sequence_breakers[{}]", i);
+      s.dry_sequence_breakers.emplace_back(cstr_arg(p.dry_sequence_breakers[i], name.c_str()));
+    }
+  } else if (p.n_dry_sequence_breakers > 0) {
+    need(p.dry_sequence_breakers, "weft_sampler_params.dry_sequence_breakers");
+  }
+  s.mirostat = p.mirostat;
+  s.mirostat_tau = p.mirostat_tau;
+  s.mirostat_eta = p.mirostat_eta;
   return s;
 }
 

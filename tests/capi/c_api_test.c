@@ -188,6 +188,7 @@ int main(int argc, char **argv) {
       {"generation_logprobs", test_generation_logprobs},
       {"sampler", test_sampler},
       {"logit_bias", test_logit_bias},
+      {"sampler_stages", test_sampler_stages},
       {"dispose_and_executor_gone", test_dispose_and_executor_gone},
       {"pressure", test_pressure},
       {"state", test_state},

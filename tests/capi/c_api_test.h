@@ -119,6 +119,8 @@ void test_pressure(void);
 /* c_api_test_generation.c */
 void test_generation(void);
 void test_generation_logprobs(void);
+/* c_api_test_sampler_stages.c */
+void test_sampler_stages(void);
 /* c_api_test_state.c */
 void test_state(void);
 void test_residency(void);

@@ -107,6 +107,23 @@ typedef struct weft_sampler_params {
                              // logits before any other sampling step (-INFINITY bans one); read
                              // when the sampler is set, not kept. Default NULL
   size_t n_logit_bias;       // at most 1024. NULL with n > 0: WEFT_ERR_NULL_ARG. Default 0
+  // Appended after n_logit_bias (an older struct_size leaves the defaults);
+  // SamplerParams says what each does:
+  float typical_p;           // (0, 1]; 1 = off. Default 1
+  float xtc_probability;     // [0, 1]; 0 = off. Default 0
+  float xtc_threshold;       // (0, 1]. Default 0.1
+  float dry_multiplier;      // >= 0; 0 = off. Default 0
+  float dry_base;            // >= 1. Default 1.75
+  int32_t dry_allowed_length;  // >= 1. Default 2
+  int32_t dry_penalty_last_n;  // -1 = the whole context, 0 = off. Default -1
+  // n_dry_sequence_breakers NUL-terminated UTF-8 strings (1-40 bytes, at
+  // most 64); NULL = the default set ("\n", ":", "\"", "*"), a non-NULL
+  // pointer with n 0 = none. Read when the sampler is set. Default NULL
+  const char *const *dry_sequence_breakers;
+  size_t n_dry_sequence_breakers;
+  int32_t mirostat;          // 0 = off, 2 = Mirostat 2.0. Default 0
+  float mirostat_tau;        // > 0. Default 5
+  float mirostat_eta;        // (0, 1]. Default 0.1
 } weft_sampler_params;
 
 WEFT_C_API weft_status weft_sampler_params_init(weft_sampler_params *params, size_t struct_size);
