@@ -32,7 +32,11 @@ const chat = (content, extra = {}) => ({
 const refOf = (req) => reference({ messages: req.messages, max_tokens: req.max_tokens, temperature: req.temperature,
   top_p: req.top_p, seed: req.seed, ...(req.stop ? { stop: req.stop } : {}),
   ...(req.logit_bias ? { logit_bias: req.logit_bias } : {}),
-  ...(req.logprobs ? { logprobs: true, top_logprobs: req.top_logprobs ?? 0 } : {}) });
+  ...(req.logprobs ? { logprobs: true, top_logprobs: req.top_logprobs ?? 0 } : {}),
+  ...Object.fromEntries(Object.entries(req).filter(([k]) => LLAMA_SAMPLING.includes(k))) });
+// llama-server's sampling fields beyond OpenAI's (the client sends them as given).
+const LLAMA_SAMPLING = ["top_k", "min_p", "typical_p", "xtc_probability", "xtc_threshold", "dry_multiplier", "dry_base",
+  "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "mirostat", "mirostat_tau", "mirostat_eta"];
 
 test("models lists the served model", async () => {
   const list = await client.models.list();
@@ -207,6 +211,24 @@ test("logprobs: each token's and the top alternatives are the executor's, stream
   }
 });
 
+test("llama-server's sampling fields (top_k, min_p, typical_p, XTC, DRY, mirostat) reach the sampler as the executor's", async () => {
+  const base = chat("Tell me about the forge.", { max_tokens: 24 });
+  const plain = refOf(base).text;
+  const variants = [
+    { top_k: 40, min_p: 0.01, typical_p: 0.9 },
+    { xtc_probability: 0.8, xtc_threshold: 0.0005 },
+    { temperature: 0, dry_multiplier: 2.0, dry_allowed_length: 1, dry_sequence_breakers: ["."] },
+    { mirostat: 2, mirostat_tau: 3.0, mirostat_eta: 0.2 },
+  ];
+  for (const v of variants) {
+    const req = { ...base, ...v };
+    const ref = refOf(req);
+    const r = await client.chat.completions.create(req);
+    assert.equal(r.choices[0].message.content, ref.text, JSON.stringify(v));
+    if (v.temperature === undefined) assert.notEqual(ref.text, plain, `${JSON.stringify(v)} changes the draw`);
+  }
+});
+
 test("errors: OpenAI's shape and status codes", async () => {
   const expectError = async (req, status, param, code) => {
     await assert.rejects(client.chat.completions.create(req), (e) => {
@@ -220,6 +242,9 @@ test("errors: OpenAI's shape and status codes", async () => {
   await expectError({ ...chat("x"), model: "gpt-4o" }, 404, "model", "model_not_found");
   await expectError(chat("x", { temperature: 5 }), 400, "temperature");
   await expectError(chat("x", { top_logprobs: 2 }), 400, "top_logprobs");
+  await expectError(chat("x", { mirostat: 1 }), 400, "mirostat");
+  await expectError(chat("x", { typical_p: 0 }), 400, "typical_p");
+  await expectError(chat("x", { dry_sequence_breakers: [""] }), 400, "dry_sequence_breakers");
   await expectError(chat("x", { logprobs: true, top_logprobs: 21 }), 400, "top_logprobs");
   await expectError(chat("x", { top_p: 0 }), 400, "top_p");
   await expectError(chat("x", { max_tokens: "many" }), 400, "max_tokens", "invalid_type");

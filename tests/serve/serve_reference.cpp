@@ -11,7 +11,7 @@
 // decoded before the next, as a conversation resource is prompted by
 // create then messages; BOS before the first; with MMPROJ an element may be
 // an array of parts, as below, queued around its media), with "max_tokens", "temperature", "top_p", "seed",
-// "stop", "logprobs" and "top_logprobs" (then "logprobs": [{token, logprob, top: [[token, logprob]]}] in the
+// "stop", llama-server's "top_k", "min_p", "typical_p", "xtc_*", "dry_*" and "mirostat*", "logprobs" and "top_logprobs" (then "logprobs": [{token, logprob, top: [[token, logprob]]}] in the
 // output) and "logit_bias" ({"id": bias}, -100 = a ban: SamplerParams's -inf) as in the OpenAI request. With MMPROJ (a projector for MODEL), a
 // message's content may be an array of parts: {"type": "text", "text"},
 // {"type": "image_file", "path"} (a PNG or JPEG, queued with
@@ -142,6 +142,21 @@ int main(int argc, char **argv) {
         gp.sampler->logit_bias.push_back({std::stoi(id), bias == -100 ? -INFINITY : static_cast<float>(bias)});
       }
     }
+    // llama-server's sampling fields, as serve reads them.
+    auto &sp = *gp.sampler;
+    sp.top_k = req.value("top_k", sp.top_k);
+    sp.min_p = req.value("min_p", sp.min_p);
+    sp.typical_p = req.value("typical_p", sp.typical_p);
+    sp.xtc_probability = req.value("xtc_probability", sp.xtc_probability);
+    sp.xtc_threshold = req.value("xtc_threshold", sp.xtc_threshold);
+    sp.dry_multiplier = req.value("dry_multiplier", sp.dry_multiplier);
+    sp.dry_base = req.value("dry_base", sp.dry_base);
+    sp.dry_allowed_length = req.value("dry_allowed_length", sp.dry_allowed_length);
+    sp.dry_penalty_last_n = req.value("dry_penalty_last_n", sp.dry_penalty_last_n);
+    if (req.contains("dry_sequence_breakers")) sp.dry_sequence_breakers = req["dry_sequence_breakers"];
+    sp.mirostat = req.value("mirostat", sp.mirostat);
+    sp.mirostat_tau = req.value("mirostat_tau", sp.mirostat_tau);
+    sp.mirostat_eta = req.value("mirostat_eta", sp.mirostat_eta);
     if (req.value("logprobs", false)) {
       gp.logprobs = true;
       gp.top_logprobs = req.value("top_logprobs", 0u);

@@ -126,6 +126,43 @@ std::vector<weft::LogitBias> logit_bias(const Json &body, std::int32_t n_vocab) 
   return out;
 }
 
+// llama-server's sampling fields beyond OpenAI's, same names, same ranges
+// as SamplerParams (the library names the field again if it refuses).
+void read_llama_sampling(const Json &body, weft::SamplerParams &s) {
+  const weft::SamplerParams d;
+  s.top_k = static_cast<std::int32_t>(integer_in(body, "top_k", 0, INT32_MAX, d.top_k));
+  s.min_p = static_cast<float>(number_in(body, "min_p", 0, 1, d.min_p));
+  s.repeat_penalty = static_cast<float>(number_in(body, "repeat_penalty", 0, 1e6, d.repeat_penalty, true));
+  s.penalty_last_n = static_cast<std::int32_t>(integer_in(body, "repeat_last_n", -1, INT32_MAX, d.penalty_last_n));
+  s.typical_p = static_cast<float>(number_in(body, "typical_p", 0, 1, d.typical_p, true));
+  s.xtc_probability = static_cast<float>(number_in(body, "xtc_probability", 0, 1, d.xtc_probability));
+  s.xtc_threshold = static_cast<float>(number_in(body, "xtc_threshold", 0, 1, d.xtc_threshold, true));
+  s.dry_multiplier = static_cast<float>(number_in(body, "dry_multiplier", 0, 1e6, d.dry_multiplier));
+  s.dry_base = static_cast<float>(number_in(body, "dry_base", 1, 1e6, d.dry_base));
+  s.dry_allowed_length = static_cast<std::int32_t>(integer_in(body, "dry_allowed_length", 1, INT32_MAX, d.dry_allowed_length));
+  s.dry_penalty_last_n = static_cast<std::int32_t>(integer_in(body, "dry_penalty_last_n", -1, INT32_MAX, d.dry_penalty_last_n));
+  if (const Json *b = optional_field(body, "dry_sequence_breakers", Json::value_t::array, "an array of strings")) {
+    if (b->size() > weft::SamplerParams::kMaxDryBreakers) {
+      throw bad_param("dry_sequence_breakers", fmt::format("'dry_sequence_breakers' has {} strings; at most {} are allowed",
+                                                           b->size(), weft::SamplerParams::kMaxDryBreakers));
+    }
+    s.dry_sequence_breakers.clear();
+    for (const auto &v : *b) {
+      if (!v.is_string() || v.get<std::string>().empty() ||
+          v.get<std::string>().size() > weft::SamplerParams::kMaxDryBreakerBytes) {
+        throw bad_param("dry_sequence_breakers", fmt::format("'dry_sequence_breakers' must hold strings of 1 to {} "
+                                                             "bytes, not {}", weft::SamplerParams::kMaxDryBreakerBytes,
+                                                             shown(v)));
+      }
+      s.dry_sequence_breakers.push_back(v.get<std::string>());
+    }
+  }
+  s.mirostat = static_cast<std::int32_t>(integer_in(body, "mirostat", 0, 2, d.mirostat));
+  if (s.mirostat == 1) throw bad_param("mirostat", "'mirostat' is 1; weft offers 0 (off) and 2 (Mirostat 2.0)");
+  s.mirostat_tau = static_cast<float>(number_in(body, "mirostat_tau", 0, 1e6, d.mirostat_tau, true));
+  s.mirostat_eta = static_cast<float>(number_in(body, "mirostat_eta", 0, 1, d.mirostat_eta, true));
+}
+
 // Chat's logprobs (a boolean) with top_logprobs in [0, 20]; the legacy
 // completions' logprobs (an integer: how many alternatives) likewise.
 void read_logprobs(const Json &body, weft::GenerateParams &p) {
@@ -185,6 +222,7 @@ GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_li
                                                              : static_cast<std::uint32_t>(std::random_device{}());
   s.json_schema = json_schema_for(body);
   s.logit_bias = logit_bias(body, n_vocab);
+  read_llama_sampling(body, s);
   out.params.sampler = s;
   out.params.stop = stops(body);
   out.stream = boolean(body, "stream", false);
