@@ -23,6 +23,14 @@ namespace Weft
         // At most 1024 entries; a NaN or +inf bias is WeftException
         // InvalidArgument, a token outside the vocabulary OutOfRange.
         public System.Collections.Generic.IDictionary<int, float> LogitBias;
+        // typical_p, XTC, DRY and Mirostat 2.0 (SamplerParams in
+        // include/weft/sampling.hpp says what each does; defaults: off).
+        public float TypicalP, XtcProbability, XtcThreshold, DryMultiplier, DryBase;
+        public int DryAllowedLength, DryPenaltyLastN;
+        // null = the defaults ("\n", ":", "\"", "*"); an empty array = none.
+        public string[] DrySequenceBreakers;
+        public int Mirostat;  // 0 = off, 2 = Mirostat 2.0
+        public float MirostatTau, MirostatEta;
 
         public SamplerParams()
         {
@@ -37,6 +45,16 @@ namespace Weft
             TopK = n.top_k;
             PenaltyLastN = n.penalty_last_n;
             Seed = n.seed;
+            TypicalP = n.typical_p;
+            XtcProbability = n.xtc_probability;
+            XtcThreshold = n.xtc_threshold;
+            DryMultiplier = n.dry_multiplier;
+            DryBase = n.dry_base;
+            DryAllowedLength = n.dry_allowed_length;
+            DryPenaltyLastN = n.dry_penalty_last_n;
+            Mirostat = n.mirostat;
+            MirostatTau = n.mirostat_tau;
+            MirostatEta = n.mirostat_eta;
         }
 
         internal SamplerParamsNative ToNative(CallMemory mem)
@@ -69,6 +87,27 @@ namespace Weft
                 n.logit_bias = mem.Bytes(b);
                 n.n_logit_bias = new UIntPtr((uint)LogitBias.Count);
             }
+            n.typical_p = TypicalP;
+            n.xtc_probability = XtcProbability;
+            n.xtc_threshold = XtcThreshold;
+            n.dry_multiplier = DryMultiplier;
+            n.dry_base = DryBase;
+            n.dry_allowed_length = DryAllowedLength;
+            n.dry_penalty_last_n = DryPenaltyLastN;
+            if (DrySequenceBreakers != null)
+            {
+                var ptrs = new IntPtr[Math.Max(1, DrySequenceBreakers.Length)];  // non-null even when empty
+                for (int i = 0; i < DrySequenceBreakers.Length; ++i)
+                {
+                    if (DrySequenceBreakers[i] == null) throw new ArgumentNullException("DrySequenceBreakers[" + i + "]");
+                    ptrs[i] = mem.Utf8z(DrySequenceBreakers[i]);
+                }
+                n.dry_sequence_breakers = mem.PointerArray(ptrs);
+                n.n_dry_sequence_breakers = Native.Size(DrySequenceBreakers.Length);
+            }
+            n.mirostat = Mirostat;
+            n.mirostat_tau = MirostatTau;
+            n.mirostat_eta = MirostatEta;
             return n;
         }
     }
@@ -85,6 +124,12 @@ namespace Weft
         // Never sample an end-of-generation token: the generation ends at
         // MaxTokens, a stop string, a full context or Cancel().
         public bool IgnoreEos;
+        // Record each sampled token's log-probability under the model's
+        // logits (Generation.Logprob), and this many most likely tokens
+        // beside it (0-20; needs Logprobs).
+        public bool Logprobs;
+        public int TopLogprobs;
+        public const int MaxTopLogprobs = 20;
         // Once, when the generation ends, with its reason: on the stepping
         // thread after its last OnToken (at the end of that step, or of the
         // next one when Cancel, a rewind or a dispose on another thread ended
@@ -228,6 +273,9 @@ namespace Weft
             if (p.MaxTokens < 0) throw new ArgumentOutOfRangeException("MaxTokens", p.MaxTokens, "must be >= 1");
             n.max_tokens = (uint)p.MaxTokens;
             n.ignore_eos = p.IgnoreEos ? 1 : 0;
+            if (p.TopLogprobs < 0) throw new ArgumentOutOfRangeException("TopLogprobs", p.TopLogprobs, "must be >= 0");
+            n.logprobs = p.Logprobs ? 1 : 0;
+            n.top_logprobs = (uint)p.TopLogprobs;
             TokenSink sink = null;
             var ud = IntPtr.Zero;
             using (var mem = new CallMemory())

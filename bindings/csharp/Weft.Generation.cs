@@ -8,6 +8,24 @@ namespace Weft
 {
     // A running generation: poll it, wait for it, cancel it; readable after
     // its conversation is gone.
+    // A token and its log-probability (natural log) under the model.
+    public struct TokenProb
+    {
+        public readonly int Token;
+        public readonly float Logprob;
+        public TokenProb(int token, float logprob) { Token = token; Logprob = logprob; }
+    }
+
+    // What GenerateParams.Logprobs records for one sampled token: its
+    // log-probability and the most likely tokens then, most likely first.
+    public sealed class TokenLogprob
+    {
+        public readonly int Token;
+        public readonly float Logprob;
+        public readonly TokenProb[] Top;
+        public TokenLogprob(int token, float logprob, TokenProb[] top) { Token = token; Logprob = logprob; Top = top; }
+    }
+
     public sealed class Generation : IDisposable
     {
         internal readonly GenerationHandle Handle;
@@ -48,6 +66,21 @@ namespace Weft
                 return Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
                     Native.weft_generation_text(Handle, buf, cap, out len));
             }
+        }
+
+        // Token `index`'s log-probability record (GenerateParams.Logprobs):
+        // WeftException OutOfRange past the records so far. Copies the
+        // records so far on every call.
+        public TokenLogprob Logprob(int index)
+        {
+            if (index < 0) throw new ArgumentOutOfRangeException("index", index, "must be >= 0");
+            TokenLogprobNative rec;
+            var top = new TokenLogprobNative[GenerateParams.MaxTopLogprobs];
+            UIntPtr n;
+            Native.Check(Native.weft_generation_logprob(Handle, Native.Size(index), out rec, top, Native.Size(top.Length), out n));
+            var alts = new TokenProb[Native.Int(n)];
+            for (int i = 0; i < alts.Length; ++i) alts[i] = new TokenProb(top[i].token, top[i].logprob);
+            return new TokenLogprob(rec.token, rec.logprob, alts);
         }
 
         public int[] Tokens

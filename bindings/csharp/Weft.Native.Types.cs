@@ -230,6 +230,21 @@ namespace Weft
         public IntPtr json_schema;  // appended in the C struct
         public IntPtr logit_bias;   // appended after json_schema: weft_logit_bias[n_logit_bias]
         public UIntPtr n_logit_bias;
+        // Appended after n_logit_bias.
+        public float typical_p, xtc_probability, xtc_threshold, dry_multiplier, dry_base;
+        public int dry_allowed_length, dry_penalty_last_n;
+        public IntPtr dry_sequence_breakers;  // const char *const[n]; zero = the defaults
+        public UIntPtr n_dry_sequence_breakers;
+        public int mirostat;
+        public float mirostat_tau, mirostat_eta;
+    }
+
+    // weft_token_logprob.
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct TokenLogprobNative
+    {
+        public int token;
+        public float logprob;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -242,6 +257,8 @@ namespace Weft
         public uint max_tokens;
         public int ignore_eos;
         public IntPtr on_finish;
+        public int logprobs;  // appended after on_finish
+        public uint top_logprobs;
     }
 
     // An element of weft_conversation_set_adapters' array: each carries its size.

@@ -34,6 +34,8 @@ namespace Weft.Samples
                 IgnoreEos(model);
                 JsonSchema(model);
                 LogitBias(model);
+                Logprobs(model);
+                SamplingStages(model);
                 OnFinish(model);
                 Pressure(model);
                 ManyThreads(model);
@@ -150,6 +152,78 @@ namespace Weft.Samples
                 for (int t = 0; t < 1025; ++t) many[t] = 1.0f;
                 Check.Throws(Status.InvalidArgument, "n_logit_bias = 1025; at most 1024 are taken",
                     () => a.SetSampler(new SamplerParams { LogitBias = many }), "LogitBias: too many");
+            }
+        }
+
+        // Logprobs: the record's token is the sampled one, its logprob the
+        // log-softmax of the logits read before (computed here in double),
+        // the top list most likely first; past the records is OutOfRange.
+        private static void Logprobs(Model model)
+        {
+            using (var ex = new Executor(model, Small()))
+            using (var a = ex.CreateConversation())
+            {
+                a.Prompt("The merchant said", addBos: true);
+                while (!ex.Step().Idle) { }
+                for (int step = 0; step < 3; ++step)
+                {
+                    var logits = a.GetLogits();
+                    double max = double.NegativeInfinity, sum = 0;
+                    foreach (var l in logits) max = Math.Max(max, l);
+                    foreach (var l in logits) sum += Math.Exp(l - max);
+                    using (var g = a.Generate(new GenerateParams { MaxTokens = 1, Logprobs = true, TopLogprobs = 3 }))
+                    {
+                        while (!ex.Step().Idle) { }
+                        Check.True(g.Wait(TimeSpan.FromSeconds(60)), "Logprobs: done");
+                        var rec = g.Logprob(0);
+                        Check.Equal(g.Tokens[0], rec.Token, "Logprobs: the record is the sampled token's");
+                        Check.True(Math.Abs(rec.Logprob - (logits[rec.Token] - max - Math.Log(sum))) < 1e-5,
+                            "Logprobs: the log-softmax of the logits it came from");
+                        Check.Equal(3, rec.Top.Length, "Logprobs: three alternatives");
+                        Check.Equal(rec.Token, rec.Top[0].Token, "Logprobs: greedy took the most likely");
+                        Check.True(rec.Top[1].Logprob >= rec.Top[2].Logprob, "Logprobs: most likely first");
+                        Check.Throws(Status.OutOfRange, "past the generation's 1 logprob records", () => g.Logprob(1),
+                            "Logprobs: past the records");
+                    }
+                }
+            }
+        }
+
+        // typical_p, XTC, DRY and mirostat: off by default; set, they change
+        // the draw for a seed, and a saved state (version 10) draws as the
+        // original; a bad value names its field.
+        private static void SamplingStages(Model model)
+        {
+            var d = new SamplerParams();
+            Check.True(d.TypicalP == 1.0f && d.XtcProbability == 0.0f && d.DryMultiplier == 0.0f && d.DryBase == 1.75f &&
+                       d.DryAllowedLength == 2 && d.DryPenaltyLastN == -1 && d.DrySequenceBreakers == null &&
+                       d.Mirostat == 0 && d.MirostatTau == 5.0f, "SamplingStages: defaults");
+            using (var ex = new Executor(model, Small()))
+            using (var a = ex.CreateConversation())
+            {
+                a.Prompt("The smith said the smith said the", addBos: true);
+                while (!ex.Step().Idle) { }
+                using (var b = a.Fork())
+                {
+                    while (!ex.Step().Idle) { }
+                    a.SetSampler(new SamplerParams { Temperature = 1.0f, Seed = 21 });
+                    b.SetSampler(new SamplerParams { Temperature = 1.0f, Seed = 21, TypicalP = 0.9f, XtcProbability = 0.5f,
+                        XtcThreshold = 0.001f, DryMultiplier = 0.8f, DrySequenceBreakers = new[] { "." },
+                        Mirostat = 2, MirostatTau = 4.0f, MirostatEta = 0.2f });
+                    int differ = 0;
+                    for (int i = 0; i < 16; ++i) differ += a.Sample() != b.Sample() ? 1 : 0;
+                    Check.True(differ > 0, "SamplingStages: they change the draw");
+                    var saved = b.Save();
+                    Check.Equal(10, (int)saved[8], "SamplingStages: state version 10");
+                    using (var back = ex.Load(saved))
+                    {
+                        for (int i = 0; i < 12; ++i) Check.Equal(b.Sample(), back.Sample(), "SamplingStages: loaded draws as the original");
+                    }
+                    Check.Throws(Status.InvalidArgument, "SamplerParams.mirostat = 1",
+                        () => a.SetSampler(new SamplerParams { Temperature = 1.0f, Mirostat = 1 }), "SamplingStages: mirostat 1");
+                    Check.Throws(Status.InvalidArgument, "dry_sequence_breakers[0] is 0 bytes",
+                        () => a.SetSampler(new SamplerParams { DrySequenceBreakers = new[] { "" } }), "SamplingStages: empty breaker");
+                }
             }
         }
 
