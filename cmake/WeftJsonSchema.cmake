@@ -17,7 +17,8 @@ set(_jsg_dir "${WEFT_LLAMA_SRC}/common")
 if(WEFT_LLAMA_SRC AND EXISTS "${_jsg_dir}/json-schema-to-grammar.cpp" AND EXISTS "${_jsg_dir}/json.cpp"
    AND EXISTS "${WEFT_LLAMA_SRC}/vendor/nlohmann/json.hpp")
   set(_jsg_upstream "${_jsg_dir}/json-schema-to-grammar.cpp" "${_jsg_dir}/json.cpp")
-  add_library(weft_jsg OBJECT ${_jsg_upstream} core/jsg/jsg_bridge.cpp core/jsg/schema_check.cpp)
+  add_library(weft_jsg OBJECT ${_jsg_upstream} core/jsg/jsg_bridge.cpp core/jsg/schema_check.cpp
+    core/jsg/tool_calls.cpp)
   set_target_properties(weft_jsg PROPERTIES UNITY_BUILD OFF)  # the renames below must not reach other units
   set_source_files_properties(${_jsg_upstream} PROPERTIES COMPILE_OPTIONS "-w")
   target_compile_features(weft_jsg PRIVATE cxx_std_20)

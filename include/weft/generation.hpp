@@ -19,6 +19,7 @@
 #include "weft/error.hpp"
 #include "weft/export.hpp"
 #include "weft/sampling.hpp"
+#include "weft/tools.hpp"
 #include "weft/types.hpp"
 
 namespace weft {
@@ -64,6 +65,10 @@ struct GenerationResult {
   // With GenerateParams::logprobs: one entry per token of `tokens`, in order
   // (else empty).
   std::vector<TokenLogprob> logprobs;
+  // With GenerateParams::tools, once done: the call the reply made (its text
+  // stays in `text` and its tokens in the conversation), or nullopt when it
+  // spoke instead or was cut before the call closed.
+  std::optional<ToolCall> tool_call;
   FinishReason reason = FinishReason::running;
   // Set when reason == error.
   std::optional<Error> error;
@@ -103,6 +108,17 @@ struct GenerateParams {
   // (Errc::invalid_argument otherwise). Default 0.
   std::uint32_t top_logprobs = 0;
   static constexpr std::uint32_t kMaxTopLogprobs = 20;
+  // Actions the reply may take (weft/tools.hpp): non-empty, the reply is
+  // sampled under tools_grammar(tools, tool_choice) — one call, or (with
+  // ToolChoice::automatic) plain text — and the call is parsed into
+  // GenerationResult::tool_call. The generation then samples with a sampler
+  // of its own: `sampler`, or a copy of the conversation's settings (whose
+  // state does not advance); either with a grammar or json_schema of its own
+  // is Errc::invalid_argument. Default none. The model learns the tools from
+  // tools_prompt() in its prompt.
+  std::vector<Tool> tools;
+  // Default automatic.
+  ToolChoice tool_choice = ToolChoice::automatic;
   // Called on the stepping thread for every sampled token, just before
   // on_token, with what `logprobs` recorded for it. Default none; needs
   // `logprobs`. Must not throw (a throw cancels the generation).

@@ -2,6 +2,8 @@
 // thread-safe cache of converted schemas, keyed by the schema's exact text.
 #include "weft/json_schema.hpp"
 
+#include "weft/tools.hpp"
+
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -64,6 +66,16 @@ std::string json_schema_to_grammar(std::string_view schema) {
                "(weft::json_schema_supported() is false)");
 #endif
 }
+
+#ifndef WEFT_HAVE_JSG
+// Tools need the converter (core/jsg/tool_calls.cpp has them otherwise).
+std::string tools_grammar(std::span<const Tool>, ToolChoice) { return json_schema_to_grammar("{}"); }
+std::string tools_prompt(std::span<const Tool>) { return json_schema_to_grammar("{}"); }
+std::string tool_result_prompt(std::string_view result) {
+  return "<tool_response>\n" + std::string(result) + "\n</tool_response>";
+}
+bool parse_tool_call(std::string_view, ToolCall &) { return false; }
+#endif
 
 bool json_schema_supported() noexcept {
 #ifdef WEFT_HAVE_JSG

@@ -46,6 +46,7 @@ struct GenState {
   std::optional<TextStream> stream;
   std::weak_ptr<ExecutorCore> core;
   std::uint64_t conv_id = 0;
+  bool tools = false;  // sampled under tools_grammar(): the call is parsed when it ends
 };
 
 // KV work an operation asked for, done at the next step boundary.

@@ -37,6 +37,7 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
     gr.ignore_eos = g.params.ignore_eos;
     gr.logprobs = g.params.logprobs;
     gr.top_logprobs = g.params.top_logprobs;
+    gr.tools = g.tools;
     gr.stop = g.params.stop;
     gr.sampler = g.params.sampler;
     if (g.own_sampler) gr.sampler_state = g.own_sampler->state();
@@ -138,6 +139,7 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     g->params.ignore_eos = r.gen->ignore_eos;
     g->params.logprobs = r.gen->logprobs;
     g->params.top_logprobs = r.gen->top_logprobs;
+    g->tools = r.gen->tools;
     g->params.stop = r.gen->stop;
     g->params.sampler = r.gen->sampler;
     if (gen_sampler) g->own_sampler = std::make_shared<Sampler>(std::move(*gen_sampler));

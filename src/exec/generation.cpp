@@ -36,9 +36,23 @@ Generation Conversation::generate(const GenerateParams &params) {
   gen->result.tokens.reserve(expect);
   if (params.logprobs) gen->result.logprobs.reserve(expect);
   gen->result.text.reserve(expect * 4);
-  if (params.sampler) {
-    gen->own_sampler =
-        std::make_shared<detail::Sampler>(core.model, *params.sampler, static_cast<std::int32_t>(core.n_ctx));
+  std::optional<SamplerParams> own = params.sampler;
+  if (!params.tools.empty()) {
+    if (!own) {
+      std::lock_guard lock(core.mu);
+      own = core.get(handle_->id).sampler_params;  // a copy: the conversation's sampler does not advance
+    }
+    if (!own->grammar.empty() || !own->json_schema.empty()) {
+      detail::fail(Errc::invalid_argument, "GenerateParams.tools with a sampler that has a grammar or json_schema of "
+                                           "its own: a generation takes one constraint");
+    }
+    own->grammar = tools_grammar(params.tools, params.tool_choice);
+    own->grammar_root = "root";
+    gen->tools = true;
+  }
+  if (own) {
+    gen->own_sampler = std::make_shared<detail::Sampler>(core.model, *own, static_cast<std::int32_t>(core.n_ctx));
+    gen->params.sampler = own;  // saved with the generation: the tools' grammar too
   }
   gen->core = core.weak_from_this();
   gen->conv_id = handle_->id;

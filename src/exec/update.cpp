@@ -105,6 +105,7 @@ std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason,
     std::lock_guard lock(gen->mu);
     gen->result.text += rest;
     gen->result.error = error;
+    if (ToolCall call; gen->tools && parse_tool_call(gen->result.text, call)) gen->result.tool_call = std::move(call);
     if (publish) {
       gen->result.reason = reason;
     } else {

@@ -93,7 +93,8 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   const bool bias = !r.sampler_params.logit_bias.empty() ||
                     (r.gen && r.gen->sampler && !r.gen->sampler->logit_bias.empty());
   const bool stages = uses_stages(r.sampler_params) || (r.gen && r.gen->sampler && uses_stages(*r.gen->sampler));
-  const std::uint32_t version = stages                   ? 10u
+  const std::uint32_t version = r.gen && r.gen->tools    ? 11u
+                                : stages                   ? 10u
                                 : r.gen && r.gen->logprobs ? 9u
                                 : bias                   ? 8u
                                 : schema ? 7u
@@ -138,6 +139,7 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
         }
       }
     }
+    if (version >= 11) w.put<std::uint8_t>(g.tools ? 1 : 0);
   }
   w.put(r.kv_exact);
   w.put(r.kv_from);
@@ -254,6 +256,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
                                       g.stream_text.size()));
     }
     if (version >= 9) read_logprobs(r, g, n_vocab, what);
+    if (version >= 11) g.tools = r.flag("generation.tools");
     c.gen = std::move(g);
   }
   if (version >= 2) {
