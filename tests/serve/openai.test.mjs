@@ -229,6 +229,64 @@ test("llama-server's sampling fields (top_k, min_p, typical_p, XTC, DRY, mirosta
   }
 });
 
+test("tools: a required call parses and matches its schema, streamed too; results go back in; refusals", async () => {
+  const tools = [
+    { type: "function", function: { name: "give_item", description: "Give the player an item.",
+      parameters: { type: "object", properties: { item: { enum: ["sword", "shield"] },
+        count: { type: "integer", minimum: 1, maximum: 9 } }, required: ["item", "count"], additionalProperties: false } } },
+    { type: "function", function: { name: "open_gate", description: "Open the gate.",
+      parameters: { type: "object", properties: {}, additionalProperties: false } } },
+  ];
+  const valid = (call) => {
+    const args = JSON.parse(call.function.arguments);
+    if (call.function.name === "give_item") {
+      assert.ok(["sword", "shield"].includes(args.item), call.function.arguments);
+      assert.ok(Number.isInteger(args.count) && args.count >= 1 && args.count <= 9, call.function.arguments);
+    } else {
+      assert.equal(call.function.name, "open_gate");
+      assert.deepEqual(args, {});
+    }
+  };
+  const names = new Set();
+  for (const seed of [1, 2, 3, 4]) {
+    const req = chat("I need a weapon.", { seed, max_tokens: 200, tools, tool_choice: "required" });
+    const r = await client.chat.completions.create(req);
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(r));
+    assert.equal(m.content, null);
+    assert.equal(m.tool_calls.length, 1);
+    assert.equal(m.tool_calls[0].type, "function");
+    valid(m.tool_calls[0]);
+    names.add(m.tool_calls[0].function.name);
+    // The call and its result go back in: a reply that reads them (more prompt tokens than the first turn).
+    const follow = await client.chat.completions.create({ ...chat("I need a weapon.", { seed, max_tokens: 8 }),
+      messages: [...req.messages, m, { role: "tool", tool_call_id: m.tool_calls[0].id, content: "{\"ok\": true}" }],
+      tools });
+    assert.ok(follow.usage.prompt_tokens > r.usage.prompt_tokens + 10, "the call and its result are in the prompt");
+  }
+  // A named function: that one.
+  const named = await client.chat.completions.create(chat("Let me in.", { seed: 5, max_tokens: 200, tools,
+    tool_choice: { type: "function", function: { name: "open_gate" } } }));
+  assert.equal(named.choices[0].message.tool_calls[0].function.name, "open_gate");
+  // Streamed: no call text as content; the call in the last chunk.
+  let content = "", calls = [], finish = null;
+  for await (const ch of await client.chat.completions.create(chat("I need a weapon.", { seed: 1, max_tokens: 200,
+    tools, tool_choice: "required", stream: true }))) {
+    const d = ch.choices[0]?.delta ?? {};
+    if (d.content) content += d.content;
+    if (d.tool_calls) calls = calls.concat(d.tool_calls);
+    if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
+  }
+  assert.equal(content, "");
+  assert.equal(finish, "tool_calls");
+  assert.equal(calls.length, 1);
+  valid(calls[0]);
+  // "none": no tools at all, a plain reply.
+  const none = await client.chat.completions.create(chat("Hello.", { tools, tool_choice: "none" }));
+  assert.equal(none.choices[0].finish_reason === "tool_calls", false);
+  assert.equal(none.choices[0].message.tool_calls, undefined);
+});
+
 test("errors: OpenAI's shape and status codes", async () => {
   const expectError = async (req, status, param, code) => {
     await assert.rejects(client.chat.completions.create(req), (e) => {
@@ -243,6 +301,11 @@ test("errors: OpenAI's shape and status codes", async () => {
   await expectError(chat("x", { temperature: 5 }), 400, "temperature");
   await expectError(chat("x", { top_logprobs: 2 }), 400, "top_logprobs");
   await expectError(chat("x", { mirostat: 1 }), 400, "mirostat");
+  const fn = (name, parameters) => ({ type: "function", function: { name, parameters } });
+  await expectError(chat("x", { tools: [fn("give item")] }), 400, "tools");
+  await expectError(chat("x", { tools: [fn("a", { type: "string" })] }), 400, "tools");
+  await expectError(chat("x", { tools: [fn("a")], tool_choice: { type: "function", function: { name: "b" } } }), 400, "tool_choice");
+  await expectError(chat("x", { tool_choice: "required" }), 400, "tool_choice");
   await expectError(chat("x", { typical_p: 0 }), 400, "typical_p");
   await expectError(chat("x", { dry_sequence_breakers: [""] }), 400, "dry_sequence_breakers");
   await expectError(chat("x", { logprobs: true, top_logprobs: 21 }), 400, "top_logprobs");

@@ -14,6 +14,7 @@
 #include "serve/media_input.hpp"
 #include "serve/request_params.hpp"
 #include "serve/sse.hpp"
+#include "serve/tool_calls.hpp"
 
 namespace weft_cli::serve {
 
@@ -165,8 +166,12 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
   const Json body = parse_body(req);
   check_model(ctx, body);
   PromptInput input;
+  ToolRequest tools;
   if (chat) {
-    input = chat_prompt(ctx.model, parse_chat(body, ctx.projector, ctx.media), ctx.chat_template, true);
+    tools = parse_tools(body);
+    ChatInput messages = parse_chat(body, ctx.projector, ctx.media);
+    render_tool_messages(body, tools, messages);
+    input = chat_prompt(ctx.model, std::move(messages), ctx.chat_template, true);
     check_prompt_fits(ctx, input, "messages");
   } else {
     const auto it = body.find("prompt");
@@ -186,6 +191,8 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
   }
   const std::uint32_t room = ctx.n_ctx() - input.known_positions();
   auto g = parse_generation(body, ctx.opt.max_tokens, room, ctx.model.n_vocab());
+  g.params.tools = tools.tools;
+  g.params.tool_choice = tools.choice;
 
   auto entry = ctx.registry.add(ctx.ex->create(), chat ? "chat.completion" : "text_completion", {},
                                 who.key_id, /*fresh=*/true);
@@ -209,7 +216,11 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
     Json choice = {{"index", 0},
                    {"finish_reason", finish_reason_word(o.result.reason)},
                    {"logprobs", logprobs_json(ctx, o.result, chat)}};
-    if (chat) {
+    if (chat && o.result.tool_call) {
+      choice["message"] = {{"role", "assistant"}, {"content", nullptr}, {"refusal", nullptr},
+                           {"tool_calls", tool_calls_json(*o.result.tool_call)}};
+      choice["finish_reason"] = "tool_calls";
+    } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", o.result.text}, {"refusal", nullptr}};
     } else {
       choice["text"] = o.result.text;
@@ -220,6 +231,11 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
     return;
   }
   const bool include_usage = g.include_usage;
+  struct Calling {
+    int state = 0;  // 0: no text yet, 1: a call's text (held back), 2: spoken text
+  };
+  auto calling = std::make_shared<Calling>();
+  if (!tools.any()) calling->state = 2;
   const auto n_prompt = run->prompt_tokens();
   // stream_options.continuous_usage_stats (vLLM's extension): usage in every chunk.
   auto with_usage = [c, n_prompt](std::string_view t, std::uint32_t n) -> std::vector<Json> {
@@ -236,7 +252,14 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
                    return {c.chunk(Json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
                                         {"finish_reason", nullptr}})};
                  },
-                 .text = [c](std::string_view t) -> std::vector<Json> { return {c.chunk(c.choice_text(t, nullptr))}; },
+                 .text = [c, calling](std::string_view t) -> std::vector<Json> {
+                   // A reply with tools that begins with '<' is a call (the
+                   // grammar makes spoken text begin otherwise): it comes
+                   // as tool_calls in the last chunk, not as text.
+                   if (calling->state == 0 && !t.empty()) calling->state = t.front() == '<' ? 1 : 2;
+                   if (calling->state == 1) return {};
+                   return {c.chunk(c.choice_text(t, nullptr))};
+                 },
                  .tokens = tokens_cb,
                  .end = [&ctx, c, include_usage, continuous = g.continuous_usage](const RunOutcome &o) -> std::vector<Json> {
                    Json last = c.chat ? Json{{"index", 0}, {"delta", Json::object()},
@@ -245,6 +268,11 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
                    // Every token's logprobs, in the last chunk: text chunks
                    // are released text, not tokens.
                    if (!o.result.logprobs.empty()) last["logprobs"] = logprobs_json(ctx, o.result, c.chat);
+                   if (c.chat && o.result.tool_call) {
+                     last["delta"] = {{"role", "assistant"}, {"tool_calls", tool_calls_json(*o.result.tool_call)}};
+                     last["delta"]["tool_calls"][0]["index"] = 0;
+                     last["finish_reason"] = "tool_calls";
+                   }
                    std::vector<Json> out{c.chunk(last)};
                    if (continuous) out.back()["usage"] = usage_json(o);
                    if (include_usage) {
