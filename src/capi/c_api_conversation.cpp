@@ -124,6 +124,9 @@ weft_generate_params generate_defaults() {
   p.on_finish = nullptr;
   p.logprobs = d.logprobs ? 1 : 0;
   p.top_logprobs = d.top_logprobs;
+  p.tools = nullptr;
+  p.n_tools = 0;
+  p.tool_choice = WEFT_TOOL_CHOICE_AUTO;
   return p;
 }
 
@@ -131,7 +134,23 @@ weft_generate_params generate_defaults() {
 // `top_logprobs`, and now.
 const std::initializer_list<std::size_t> kGenerateParamsSizes = {offsetof(weft_generate_params, ignore_eos),
                                                                  offsetof(weft_generate_params, logprobs),
+                                                                 offsetof(weft_generate_params, tools),
                                                                  sizeof(weft_generate_params)};
+
+std::vector<weft::Tool> to_tools(const weft_tool *tools, std::size_t n, const char *field) {
+  if (n > weft::kMaxTools) {  // before reading them
+    fail(WEFT_ERR_INVALID_ARGUMENT, fmt::format("{} = {} tools; at most {} are taken", field, n, weft::kMaxTools));
+  }
+  if (n > 0) need(tools, field);
+  std::vector<weft::Tool> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string at = fmt::format("{}[{}]", field, i);
+    out.push_back({std::string(cstr_arg(tools[i].name, (at + ".name").c_str())),
+                   std::string(cstr_arg(tools[i].description, (at + ".description").c_str(), true)),
+                   std::string(cstr_arg(tools[i].parameters, (at + ".parameters").c_str(), true))});
+  }
+  return out;
+}
 
 }  // namespace
 }  // namespace weft::capi
@@ -320,6 +339,12 @@ weft_status weft_conversation_generate(weft_conversation *conversation, const we
     gp.ignore_eos = p.ignore_eos != 0;
     gp.logprobs = p.logprobs != 0;
     gp.top_logprobs = p.top_logprobs;
+    gp.tools = to_tools(p.tools, p.n_tools, "weft_generate_params.tools");
+    if (p.tool_choice != WEFT_TOOL_CHOICE_AUTO && p.tool_choice != WEFT_TOOL_CHOICE_REQUIRED) {
+      fail(WEFT_ERR_INVALID_ARGUMENT, fmt::format("weft_generate_params.tool_choice = {} is not a weft_tool_choice",
+                                                  p.tool_choice));
+    }
+    gp.tool_choice = p.tool_choice == WEFT_TOOL_CHOICE_REQUIRED ? weft::ToolChoice::required : weft::ToolChoice::automatic;
     if (p.sampler != nullptr) gp.sampler = to_sampler(p.sampler);
     if (p.n_stop > 0) need(p.stop, "weft_generate_params.stop");
     for (std::size_t i = 0; i < p.n_stop; ++i) {
@@ -409,6 +434,31 @@ weft_status weft_generation_logprob(const weft_generation *generation, size_t in
     for (const auto &t : e.top) alts.push_back({t.token, t.logprob});
     copy_array_out<weft_token_logprob>(alts, top, top_capacity, out_n_top);
     *out = {e.token, e.logprob};
+  });
+}
+
+weft_status weft_generation_tool_call(const weft_generation *generation, weft_bool *out_has, char *name,
+                                      size_t name_capacity, size_t *name_len, char *arguments,
+                                      size_t arguments_capacity, size_t *arguments_len) {
+  return guarded(__func__, [&] {
+    const auto r = gen_of(generation)->result();
+    need(out_has, "out_has");
+    *out_has = 0;
+    if (!r.tool_call) return;
+    need(name_len, "name_len");
+    need(arguments_len, "arguments_len");
+    // Both lengths known even when the first buffer is too small.
+    *name_len = r.tool_call->name.size();
+    *arguments_len = r.tool_call->arguments.size();
+    copy_text_out(r.tool_call->name, name, name_capacity, name_len);
+    copy_text_out(r.tool_call->arguments, arguments, arguments_capacity, arguments_len);
+    *out_has = 1;
+  });
+}
+
+weft_status weft_tools_prompt(const weft_tool *tools, size_t n_tools, char *buf, size_t capacity, size_t *out_len) {
+  return guarded(__func__, [&] {
+    copy_text_out(weft::tools_prompt(to_tools(tools, n_tools, "tools")), buf, capacity, out_len);
   });
 }
 

@@ -98,3 +98,87 @@ void test_sampler_stages(void) {
   CHECK_OK(weft_executor_free(ex));
   CHECK_OK(weft_model_free(m));
 }
+
+/* Tools through the C ABI: weft_tools_prompt describes them; a required
+   call comes back through weft_generation_tool_call with a tool's name and
+   arguments its schema allows; a reply without a call says so; the
+   refusals. */
+void test_tools(void) {
+  weft_model *m = load_tiny();
+  weft_executor *ex;
+  weft_conversation *c = NULL;
+  weft_generation *g = NULL;
+  weft_generate_params gp;
+  weft_sampler_params sp;
+  weft_tool tools[2];
+  char *prompt, name[80], args[512];
+  size_t len = 0, name_len = 0, args_len = 0;
+  weft_bool done = 0, has = 0;
+  int seed;
+  if (!m) return;
+  ex = make_executor(m, 2048, 4);
+  tools[0].name = "give_item";
+  tools[0].description = "Give the player an item.";
+  tools[0].parameters = "{\"type\": \"object\", \"properties\": {\"item\": {\"enum\": [\"sword\", \"shield\"]}}, "
+                        "\"required\": [\"item\"], \"additionalProperties\": false}";
+  tools[1].name = "open_gate";
+  tools[1].description = NULL;
+  tools[1].parameters = "{\"type\": \"object\", \"properties\": {}, \"additionalProperties\": false}";
+  CHECK_ERR(weft_tools_prompt(tools, 2, NULL, 0, &len), WEFT_ERR_BUFFER_TOO_SMALL, "");
+  prompt = (char *)malloc(len + 1);
+  CHECK_OK(weft_tools_prompt(tools, 2, prompt, len + 1, &len));
+  CHECK(strstr(prompt, "give_item: Give the player an item.") != NULL && strstr(prompt, "<tool_call>") != NULL);
+
+  CHECK_OK(weft_sampler_params_init(&sp, sizeof sp));
+  sp.temperature = 1.0f;
+  CHECK_OK(weft_generate_params_init(&gp, sizeof gp));
+  CHECK(gp.tools == NULL && gp.n_tools == 0 && gp.tool_choice == WEFT_TOOL_CHOICE_AUTO);
+  gp.max_tokens = 200;
+  gp.sampler = &sp;
+  gp.tools = tools;
+  gp.n_tools = 2;
+  gp.tool_choice = WEFT_TOOL_CHOICE_REQUIRED;
+  for (seed = 1; seed <= 4; ++seed) {
+    sp.seed = (uint32_t)seed;
+    CHECK_OK(weft_conversation_create(ex, &c));
+    CHECK_OK(weft_conversation_prompt_text(c, prompt, len, WEFT_TEXT_ADD_BOS));
+    CHECK_OK(weft_conversation_generate(c, &gp, &g));
+    run_until_idle(ex);
+    CHECK_OK(weft_generation_wait(g, 60000, &done));
+    CHECK(done == 1);
+    CHECK_ERR(weft_generation_tool_call(g, &has, name, 2, &name_len, args, sizeof args, &args_len),
+              WEFT_ERR_BUFFER_TOO_SMALL, "");
+    CHECK(name_len >= 9 && args_len >= 2);
+    CHECK_OK(weft_generation_tool_call(g, &has, name, sizeof name, &name_len, args, sizeof args, &args_len));
+    CHECK(has == 1);
+    CHECK((strcmp(name, "give_item") == 0 &&
+           (strcmp(args, "{\"item\":\"sword\"}") == 0 || strcmp(args, "{\"item\":\"shield\"}") == 0)) ||
+          (strcmp(name, "open_gate") == 0 && strcmp(args, "{}") == 0));
+    CHECK_OK(weft_generation_free(g));
+    CHECK_OK(weft_conversation_free(c));
+  }
+  /* No tools: no call. */
+  CHECK_OK(weft_conversation_create(ex, &c));
+  CHECK_OK(weft_conversation_prompt_text(c, "Hello", 5, WEFT_TEXT_ADD_BOS));
+  gp.tools = NULL;
+  gp.n_tools = 0;
+  gp.max_tokens = 4;
+  CHECK_OK(weft_conversation_generate(c, &gp, &g));
+  run_until_idle(ex);
+  CHECK_OK(weft_generation_tool_call(g, &has, name, sizeof name, &name_len, args, sizeof args, &args_len));
+  CHECK(has == 0);
+  CHECK_OK(weft_generation_free(g));
+  /* Refusals. */
+  gp.n_tools = 1;
+  CHECK_ERR(weft_conversation_generate(c, &gp, &g), WEFT_ERR_NULL_ARG, "weft_generate_params.tools");
+  gp.tools = tools;
+  gp.tool_choice = 7;
+  CHECK_ERR(weft_conversation_generate(c, &gp, &g), WEFT_ERR_INVALID_ARGUMENT, "tool_choice = 7");
+  gp.tool_choice = WEFT_TOOL_CHOICE_AUTO;
+  tools[0].name = "give item";
+  CHECK_ERR(weft_conversation_generate(c, &gp, &g), WEFT_ERR_INVALID_ARGUMENT, "name 'give item'");
+  CHECK_OK(weft_conversation_free(c));
+  free(prompt);
+  CHECK_OK(weft_executor_free(ex));
+  CHECK_OK(weft_model_free(m));
+}

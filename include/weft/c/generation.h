@@ -38,6 +38,20 @@ typedef void (*weft_token_callback)(weft_token token, const char *text, size_t l
 // weft_generation_is_done is already true. Must not call a step.
 typedef void (*weft_finish_callback)(int32_t reason, void *user_data);
 
+// An action the reply may take (weft/tools.hpp): name 1-64 of
+// [A-Za-z0-9_-]; description for the model (NULL = none); parameters a JSON
+// Schema text of the arguments object (NULL or "" = any object).
+typedef struct weft_tool {
+  const char *name;
+  const char *description;
+  const char *parameters;
+} weft_tool;
+
+typedef enum weft_tool_choice {
+  WEFT_TOOL_CHOICE_AUTO = 0,      // one call, or plain text that does not begin with '<'
+  WEFT_TOOL_CHOICE_REQUIRED = 1,  // one call
+} weft_tool_choice;
+
 typedef struct weft_generate_params {
   size_t struct_size;
   const weft_sampler_params *sampler;  // this generation's sampler; NULL = the conversation's own
@@ -58,8 +72,15 @@ typedef struct weft_generate_params {
   // How many most likely tokens each record lists too: 0..20, needs
   // logprobs. Default 0.
   uint32_t top_logprobs;
+  // GenerateParams::tools: n_tools weft_tool entries (read when the
+  // generation starts, not kept) and a weft_tool_choice. Default NULL, 0,
+  // WEFT_TOOL_CHOICE_AUTO. NULL with n_tools > 0: WEFT_ERR_NULL_ARG.
+  const weft_tool *tools;
+  size_t n_tools;
+  int32_t tool_choice;
   // Appended: a struct_size that ends before ignore_eos means 0 and NULL;
-  // one that ends before logprobs means 0 for logprobs and top_logprobs.
+  // one that ends before logprobs means 0 for logprobs and top_logprobs;
+  // one that ends before tools means no tools.
 } weft_generate_params;
 
 // A token and its log-probability (natural log; -INFINITY for a token the
@@ -101,6 +122,19 @@ WEFT_C_API weft_status weft_generation_tokens(const weft_generation *generation,
 // with logprobs, else 0). Copies the records so far: O(tokens) a call.
 WEFT_C_API weft_status weft_generation_logprob(const weft_generation *generation, size_t index, weft_token_logprob *out,
                                                weft_token_logprob *top, size_t top_capacity, size_t *out_n_top);
+// The call a finished generation with tools made: *out_has = 1 and its name
+// and arguments (compact JSON), each NUL-terminated in its buffer (capacity
+// needs length + 1; on WEFT_ERR_BUFFER_TOO_SMALL *name_len and
+// *arguments_len both hold the lengths); *out_has
+// = 0 (buffers untouched) when it spoke instead, was cut, or runs still.
+WEFT_C_API weft_status weft_generation_tool_call(const weft_generation *generation, weft_bool *out_has, char *name,
+                                                 size_t name_capacity, size_t *name_len, char *arguments,
+                                                 size_t arguments_capacity, size_t *arguments_len);
+// tools_prompt(): the system-prompt paragraph describing `tools` and the
+// call format, NUL-terminated (WEFT_ERR_BUFFER_TOO_SMALL: *out_len is the
+// size). WEFT_ERR_INVALID_ARGUMENT for bad tools, as a generation would be.
+WEFT_C_API weft_status weft_tools_prompt(const weft_tool *tools, size_t n_tools, char *buf, size_t capacity,
+                                         size_t *out_len);
 // Waits until done or `timeout_ms` passes; *out_done says which. Someone
 // must be stepping the executor meanwhile.
 WEFT_C_API weft_status weft_generation_wait(const weft_generation *generation, uint32_t timeout_ms,
