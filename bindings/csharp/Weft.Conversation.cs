@@ -112,6 +112,59 @@ namespace Weft
         }
     }
 
+    public enum ToolChoice
+    {
+        Automatic = 0,  // one call, or plain text that does not begin with '<'
+        Required = 1,   // one call
+    }
+
+    // An action a generation may take: Name (1-64 of [A-Za-z0-9_-]), a
+    // Description for the model, Parameters a JSON Schema text of the
+    // arguments object (null = any object).
+    public sealed class Tool
+    {
+        public string Name, Description, Parameters;
+
+        // The system-prompt paragraph that lists the tools and the call
+        // format (weft::tools_prompt); WeftException InvalidArgument for bad tools.
+        public static string Prompt(Tool[] tools)
+        {
+            if (tools == null) throw new ArgumentNullException("tools");
+            using (var mem = new CallMemory())
+            {
+                var arr = ToNative(tools, mem);
+                return Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
+                    Native.weft_tools_prompt(arr, Native.Size(tools.Length), buf, cap, out len));
+            }
+        }
+
+        // The result of a call, to prompt back (weft::tool_result_prompt).
+        public static string ResultPrompt(string result) { return "<tool_response>\n" + result + "\n</tool_response>"; }
+
+        internal static IntPtr ToNative(Tool[] tools, CallMemory mem)
+        {
+            var size = Marshal.SizeOf(typeof(ToolNative));
+            var bytes = new byte[size * tools.Length];
+            var one = Marshal.AllocHGlobal(size);
+            try
+            {
+                for (int i = 0; i < tools.Length; ++i)
+                {
+                    if (tools[i] == null || tools[i].Name == null) throw new ArgumentNullException("Tools[" + i + "].Name");
+                    var t = new ToolNative { name = mem.Utf8z(tools[i].Name), description = mem.Utf8z(tools[i].Description),
+                                             parameters = mem.Utf8z(tools[i].Parameters) };
+                    Marshal.StructureToPtr(t, one, false);
+                    Marshal.Copy(one, bytes, i * size, size);
+                }
+            }
+            finally
+            {
+                Marshal.FreeHGlobal(one);
+            }
+            return mem.Bytes(bytes);
+        }
+    }
+
     public sealed class GenerateParams
     {
         public int MaxTokens = 128;
@@ -130,6 +183,11 @@ namespace Weft
         public bool Logprobs;
         public int TopLogprobs;
         public const int MaxTopLogprobs = 20;
+        // Actions the reply may take (include/weft/tools.hpp): a call in
+        // weft's format, or with ToolChoice.Automatic plain text; the call
+        // comes back as Generation.ToolCall. null or empty = none.
+        public Tool[] Tools;
+        public ToolChoice ToolChoice = ToolChoice.Automatic;
         // Once, when the generation ends, with its reason: on the stepping
         // thread after its last OnToken (at the end of that step, or of the
         // next one when Cancel, a rewind or a dispose on another thread ended
@@ -281,6 +339,12 @@ namespace Weft
             using (var mem = new CallMemory())
             {
                 if (p.Sampler != null) n.sampler = mem.Struct(p.Sampler.ToNative(mem));
+                if (p.Tools != null && p.Tools.Length > 0)
+                {
+                    n.tools = Tool.ToNative(p.Tools, mem);
+                    n.n_tools = Native.Size(p.Tools.Length);
+                }
+                n.tool_choice = (int)p.ToolChoice;
                 if (p.Stop != null && p.Stop.Length > 0)
                 {
                     var ptrs = new IntPtr[p.Stop.Length];

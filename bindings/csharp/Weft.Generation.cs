@@ -26,6 +26,13 @@ namespace Weft
         public TokenLogprob(int token, float logprob, TokenProb[] top) { Token = token; Logprob = logprob; Top = top; }
     }
 
+    // The call a reply made: the tool's name and its arguments as JSON text.
+    public sealed class ToolCall
+    {
+        public readonly string Name, Arguments;
+        public ToolCall(string name, string arguments) { Name = name; Arguments = arguments; }
+    }
+
     public sealed class Generation : IDisposable
     {
         internal readonly GenerationHandle Handle;
@@ -81,6 +88,32 @@ namespace Weft
             var alts = new TokenProb[Native.Int(n)];
             for (int i = 0; i < alts.Length; ++i) alts[i] = new TokenProb(top[i].token, top[i].logprob);
             return new TokenLogprob(rec.token, rec.logprob, alts);
+        }
+
+        // The call a finished generation with tools made, or null (it spoke,
+        // was cut, or still runs).
+        public ToolCall ToolCall
+        {
+            get
+            {
+                for (int attempt = 0; attempt < 4; ++attempt)
+                {
+                    int has;
+                    UIntPtr nameLen, argsLen;
+                    var probe = Native.weft_generation_tool_call(Handle, out has, null, UIntPtr.Zero, out nameLen, null, UIntPtr.Zero, out argsLen);
+                    if (probe == Status.Ok && has == 0) return null;
+                    if (probe != Status.BufferTooSmall) Native.Check(probe);
+                    var name = new byte[Native.Int(nameLen) + 1];
+                    var args = new byte[Native.Int(argsLen) + 1];
+                    var status = Native.weft_generation_tool_call(Handle, out has, name, Native.Size(name.Length), out nameLen, args, Native.Size(args.Length), out argsLen);
+                    if (status == Status.BufferTooSmall) continue;
+                    Native.Check(status);
+                    if (has == 0) return null;
+                    return new ToolCall(System.Text.Encoding.UTF8.GetString(name, 0, Native.Int(nameLen)),
+                                        System.Text.Encoding.UTF8.GetString(args, 0, Native.Int(argsLen)));
+                }
+                throw new InvalidOperationException("the tool call kept changing size");
+            }
         }
 
         public int[] Tokens

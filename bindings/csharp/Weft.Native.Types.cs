@@ -259,6 +259,16 @@ namespace Weft
         public IntPtr on_finish;
         public int logprobs;  // appended after on_finish
         public uint top_logprobs;
+        public IntPtr tools;  // weft_tool[n_tools], appended after top_logprobs
+        public UIntPtr n_tools;
+        public int tool_choice;
+    }
+
+    // weft_tool.
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct ToolNative
+    {
+        public IntPtr name, description, parameters;
     }
 
     // An element of weft_conversation_set_adapters' array: each carries its size.
