@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "demo_actions.hpp"
 #include "model_cache.hpp"
 #include "progress.hpp"
 #include "weft/weft.hpp"
@@ -140,7 +141,7 @@ void add_demo(CLI::App &app) {
     std::uint64_t script_seed = 1000;
     int threads = 0, top_k = 20;
     float temperature = 0.0f, top_p = 0.9f, repeat_penalty = 1.0f;
-    bool plain = false, check = false, grammar = true, grammar_answers = true;
+    bool plain = false, check = false, grammar = true, grammar_answers = true, actions = false;
   };
   auto o = std::make_shared<Opts>();
   auto *cmd = app.add_subcommand("demo", "NPC dialogues generating together on one context, with a live view: each NPC "
@@ -161,6 +162,8 @@ void add_demo(CLI::App &app) {
   cmd->add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1 = off: NPCs must repeat names and "
                                                           "prices)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
+  cmd->add_flag("--actions", o->actions, "Instead: a merchant who sells through tool calls the demo applies to an "
+                                         "inventory (weft/tools.hpp), with the transcript of calls and replies");
   cmd->add_flag("--plain", o->plain, "No live view (also when stdout is not a terminal)");
   cmd->add_option("--grammar", o->grammar,
                   "Constrain each NPC's replies to the corpus's lines for its role (weft::npc_reply_grammar; derived "
@@ -186,6 +189,12 @@ void add_demo(CLI::App &app) {
                                       return true;
                                     }});
     bar.finish();
+    if (o->actions) {
+      run_actions_demo(model, {.max_tokens = o->max_tokens, .seed = o->seed,
+                               .temperature = o->temperature > 0 ? o->temperature : 0.8f, .threads = o->threads,
+                               .transcripts = o->transcripts});
+      return;
+    }
     weft::Executor ex(model, {.n_ctx = o->ctx,
                               .n_batch = o->batch,
                               .n_seq_max = std::max(16u, o->npcs + 1),
