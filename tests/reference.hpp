@@ -61,6 +61,44 @@ inline int run_until_idle(weft::Executor &ex, std::mt19937 *rng = nullptr, std::
   return -1;
 }
 
+// A generation saved after `steps` steps of `a`, loaded into a fresh
+// executor of the same model with `params`, and both run to the end: the
+// saved state's version byte and the two results. `ok` is false (with a
+// test failure) when it ended before the save or loaded without it.
+struct MidSave {
+  bool ok = false;
+  std::uint8_t version = 0;
+  weft::GenerationResult original, loaded;
+};
+inline MidSave save_mid_generation(weft::Executor &a, const weft::Conversation &c, const weft::Generation &g, int steps,
+                                   const weft::ExecutorParams &params) {
+  MidSave out;
+  for (int i = 0; i < steps; ++i) a.step();
+  if (g.done()) {
+    ADD_FAILURE() << "the generation ended before the save";
+    return out;
+  }
+  const auto saved = c.save();
+  if (saved.size() <= 12) {
+    ADD_FAILURE() << "a state of " << saved.size() << " bytes";
+    return out;
+  }
+  out.version = saved[8];
+  weft::Executor b(a.model(), params);
+  auto loaded = b.load(saved);
+  const auto lg = loaded.generation();
+  if (!lg) {
+    ADD_FAILURE() << "the loaded conversation has no generation";
+    return out;
+  }
+  run_until_idle(a);
+  run_until_idle(b);
+  out.original = g.result();
+  out.loaded = lg->result();
+  out.ok = true;
+  return out;
+}
+
 // `n` random tokens (no control tokens), the first of them BOS when `bos`.
 inline std::vector<weft::Token> random_tokens(std::mt19937 &rng, const weft::Model &m, int n, bool bos = false) {
   std::uniform_int_distribution<weft::Token> tok(3, m.n_vocab() - 1);

@@ -119,18 +119,10 @@ TEST(LogitBiasGeneration, SaveAndLoadMidGenerationKeepTheBias) {
         gp.sampler = sp;
       }
       auto g = c.generate(gp);
-      for (int i = 0; i < 5; ++i) a.step();
-      ASSERT_FALSE(g.done());
-      const auto saved = c.save();
-      ASSERT_GT(saved.size(), 12u);
-      EXPECT_EQ(saved[8], 8) << "a sampler with a logit_bias is state version 8 (docs/STATE_FORMAT.md)";
-      weft::Executor b(m, params());
-      auto loaded = b.load(saved);
-      const auto lg = loaded.generation();
-      ASSERT_TRUE(lg.has_value());
-      run_until_idle(a);
-      run_until_idle(b);
-      const auto ra = g.result(), rb = lg->result();
+      const auto run = weft_test::save_mid_generation(a, c, g, 5, params());
+      ASSERT_TRUE(run.ok);
+      EXPECT_EQ(run.version, 8) << "a sampler with a logit_bias is state version 8 (docs/STATE_FORMAT.md)";
+      const auto &ra = run.original, &rb = run.loaded;
       EXPECT_EQ(rb.tokens, ra.tokens) << "seed " << seed << (own ? " own sampler" : " generation's sampler");
       int boosted = 0;
       for (const Token t : ra.tokens) {

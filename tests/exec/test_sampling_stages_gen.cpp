@@ -42,19 +42,11 @@ TEST(SamplingStagesGeneration, SaveAndLoadMidGenerationContinueAsTheOriginal) {
         gp.sampler = all[i];
       }
       auto g = c.generate(gp);
-      for (int k = 0; k < 6; ++k) a.step();
-      ASSERT_FALSE(g.done());
-      const auto saved = c.save();
-      ASSERT_GT(saved.size(), 12u);
-      EXPECT_EQ(saved[8], 10) << "typical_p, XTC, DRY or mirostat make state version 10 (docs/STATE_FORMAT.md)";
-      weft::Executor b(m, params());
-      auto loaded = b.load(saved);
-      const auto lg = loaded.generation();
-      ASSERT_TRUE(lg.has_value());
-      run_until_idle(a);
-      run_until_idle(b);
-      EXPECT_EQ(lg->result().tokens, g.result().tokens) << "params " << i << (own ? " own sampler" : " generation's");
-      EXPECT_GT(g.result().tokens.size(), 6u);
+      const auto run = weft_test::save_mid_generation(a, c, g, 6, params());
+      ASSERT_TRUE(run.ok);
+      EXPECT_EQ(run.version, 10) << "typical_p, XTC, DRY or mirostat make state version 10 (docs/STATE_FORMAT.md)";
+      EXPECT_EQ(run.loaded.tokens, run.original.tokens) << "params " << i << (own ? " own sampler" : " generation's");
+      EXPECT_GT(run.original.tokens.size(), 6u);
     }
   }
 }

@@ -159,18 +159,10 @@ TEST(ToolsGeneration, SaveAndLoadMidCallParseTheSameCall) {
     c.prompt(prompt_tokens(m, "What do you have?"));
     auto g = c.generate({.max_tokens = 200, .sampler = weft::SamplerParams{.temperature = 1.0f, .seed = seed},
                          .tools = tools(), .tool_choice = ToolChoice::required});
-    for (int i = 0; i < 4; ++i) a.step();
-    ASSERT_FALSE(g.done());
-    const auto saved = c.save();
-    ASSERT_GT(saved.size(), 12u);
-    EXPECT_EQ(saved[8], 11) << "a generation with tools is state version 11 (docs/STATE_FORMAT.md)";
-    weft::Executor b(m, params());
-    auto loaded = b.load(saved);
-    const auto lg = loaded.generation();
-    ASSERT_TRUE(lg.has_value());
-    run_until_idle(a);
-    run_until_idle(b);
-    const auto ra = g.result(), rb = lg->result();
+    const auto run = weft_test::save_mid_generation(a, c, g, 4, params());
+    ASSERT_TRUE(run.ok);
+    EXPECT_EQ(run.version, 11) << "a generation with tools is state version 11 (docs/STATE_FORMAT.md)";
+    const auto &ra = run.original, &rb = run.loaded;
     ASSERT_TRUE(ra.tool_call.has_value()) << ra.text;
     ASSERT_TRUE(rb.tool_call.has_value()) << rb.text;
     EXPECT_EQ(rb.tool_call->name, ra.tool_call->name);
