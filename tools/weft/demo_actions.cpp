@@ -41,7 +41,8 @@ std::string inventory_line(const std::map<std::string, Stock> &inv, int gold) {
 }  // namespace
 
 void run_actions_demo(const weft::Model &model, const ActionsDemoOptions &o) {
-  weft::Executor ex(model, {.n_ctx = 4096, .n_batch = 256, .n_seq_max = 2, .n_threads = o.threads});
+  // n_seq_max 16: a model trained on short contexts (the npc preset: 256) may still take 4096 cells.
+  weft::Executor ex(model, {.n_ctx = 4096, .n_batch = 256, .n_seq_max = 16, .n_threads = o.threads});
   std::map<std::string, Stock> inv = {{"sword", {1, 12}}, {"shield", {0, 9}}, {"potion", {3, 4}}, {"bread", {5, 1}}};
   int gold = 0, calls = 0, fitting = 0;
   auto npc = ex.create();
