@@ -4,15 +4,18 @@
 // chain), a plain std::max_element, and the per-token logit copy a step
 // makes. At a temperature (top_k 40, top_p 0.95, 0.8): weft's Sampler beside
 // llama.cpp's own sampler chain fed as llama.cpp's common sampler feeds it
-// (a fresh candidate array per token).
+// (a fresh candidate array per token). Then a JSON schema's grammar, the
+// typical-p / XTC / DRY / Mirostat stages, and a token's logprobs.
 // Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "core/logprobs.hpp"
 #include "core/sampling.hpp"
 #include "llama.h"
 #include "weft/executor.hpp"
@@ -130,6 +133,65 @@ void BM_SampleTemperatureLlamaChain(benchmark::State &state) {
   llama_sampler_free(chain);
 }
 
+// Constrained sampling: a JSON schema's grammar over the vocabulary, per
+// token (sample + accept), at the temperature above; the sampler starts over
+// whenever the grammar is complete (not timed).
+void BM_SampleJsonSchema(benchmark::State &state) {
+  const weft::SamplerParams p{.temperature = kTemp, .top_k = kTopK, .top_p = kTopP, .seed = 1,
+                              .json_schema = R"({"type": "object", "properties": {"item": {"enum": ["sword", "shield"]},
+                                "count": {"type": "integer"}, "note": {"type": "string", "maxLength": 40}},
+                                "required": ["item", "count", "note"]})"};
+  auto s = std::make_unique<weft::detail::Sampler>(model(), p);
+  const auto set = model_logit_set();
+  std::size_t i = 0;
+  for (auto _ : state) {
+    weft::Token t = -1;
+    try {
+      t = s->sample(set[i++ % set.size()]);
+      s->accept(t);
+    } catch (const weft::Error &) {
+      t = -1;  // only an end token was left: the object is complete
+    }
+    if (t < 0 || model().is_eog(t)) {
+      state.PauseTiming();
+      s = std::make_unique<weft::detail::Sampler>(model(), p);
+      state.ResumeTiming();
+    }
+    benchmark::DoNotOptimize(t);
+  }
+}
+
+// typical_p, XTC, DRY and Mirostat 2.0 each added to the temperature chain
+// above (0 = none of them, the baseline).
+void BM_SampleStages(benchmark::State &state) {
+  weft::SamplerParams p{.temperature = kTemp, .top_k = kTopK, .top_p = kTopP, .seed = 1};
+  switch (state.range(0)) {
+    case 1: p.typical_p = 0.9f; break;
+    case 2: p.xtc_probability = 0.5f; break;
+    case 3: p.dry_multiplier = 0.8f; break;
+    case 4: p.mirostat = 2; break;
+    default: break;
+  }
+  weft::detail::Sampler s(model(), p, 1024);
+  const auto set = model_logit_set();
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const auto t = s.sample(set[i++ % set.size()]);
+    s.accept(t);
+    benchmark::DoNotOptimize(t);
+  }
+}
+
+// GenerateParams::logprobs: one token's log-softmax and the top n.
+void BM_Logprob(benchmark::State &state) {
+  const auto set = model_logit_set();
+  std::size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        weft::detail::token_logprob(set[i++ % set.size()], 7, static_cast<std::uint32_t>(state.range(0))));
+  }
+}
+
 }  // namespace
 
 BENCHMARK(BM_SampleGreedyFast);
@@ -139,4 +201,7 @@ BENCHMARK(BM_LogitCopy);
 // Arg 0: normal(0, 3) logits; 1: the model's own.
 BENCHMARK(BM_SampleTemperatureWeft)->Arg(0)->Arg(1);
 BENCHMARK(BM_SampleTemperatureLlamaChain)->Arg(0)->Arg(1);
+BENCHMARK(BM_SampleJsonSchema);
+BENCHMARK(BM_SampleStages)->DenseRange(0, 4);
+BENCHMARK(BM_Logprob)->Arg(0)->Arg(5)->Arg(20);
 BENCHMARK_MAIN();

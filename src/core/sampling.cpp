@@ -86,8 +86,8 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
   const bool penalties_off = !plan_.dry && (last_n == 0 || (params_.repeat_penalty == 1.0f &&
                                                             params_.frequency_penalty == 0.0f &&
                                                             params_.presence_penalty == 0.0f));
-  fast_greedy_ = plan_.greedy && !grammar_ && penalties_off;
-  fast_top_k_ = !plan_.greedy && !plan_.mirostat && !grammar_ && penalties_off && params_.top_k > 0 &&
+  fast_greedy_ = plan_.greedy && penalties_off;
+  fast_top_k_ = !plan_.greedy && !plan_.mirostat && penalties_off && params_.top_k > 0 &&
                 params_.top_k <= kTopKFastMax;
 }
 
@@ -166,12 +166,30 @@ void Sampler::check_size(std::span<const float> logits) const {
 
 Token Sampler::sample(std::span<const float> logits, bool ban_eog) {
   logits = apply_logit_bias(logits, params_.logit_bias, biased_);  // the paths below see it as the logits
+  if (!grammar_) return sample_free(logits, ban_eog);
+  // As llama.cpp's common sampler: a pick made as if there were no grammar,
+  // kept when the grammar allows it (one token checked, where masking the
+  // vocabulary costs milliseconds); else the draw again over the masked
+  // vocabulary, from the same RNG position and mirostat state.
+  const std::uint64_t rng0 = rng_;
+  const float mu0 = mu_;
+  try {
+    if (const Token t = sample_free(logits, ban_eog); grammar_allows(t)) return t;
+  } catch (const Error &) {
+    // The masked draw names what is wrong, if anything still is.
+  }
+  rng_ = rng0;
+  mu_ = mu0;
+  return chain_draw(logits, ban_eog, true);
+}
+
+Token Sampler::sample_free(std::span<const float> logits, bool ban_eog) {
   const auto &eog = model_.impl()->eog;
   ban_eog = ban_eog && !eog.empty();
   if (fast_top_k_) {
     if (const Token t = sample_top_k(logits, ban_eog); t >= 0) return t;
   }
-  if (!fast_greedy_) return sample_chain(logits, ban_eog);
+  if (!fast_greedy_) return chain_draw(logits, ban_eog, false);
   const Token t = sample_argmax(logits);
   if (!ban_eog || std::find(eog.begin(), eog.end(), t) == eog.end()) return t;
   // The argmax is an end token: the best of the rest, from a masked copy
@@ -339,7 +357,10 @@ Token Sampler::sample_top_k(std::span<const float> logits, bool ban_eog) {
 }
 
 Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
-  logits = apply_logit_bias(logits, params_.logit_bias, biased_);
+  return chain_draw(apply_logit_bias(logits, params_.logit_bias, biased_), ban_eog, grammar_ != nullptr);
+}
+
+Token Sampler::chain_draw(std::span<const float> logits, bool ban_eog, bool masked) {
   check_size(logits);
   // One candidate array per thread, shared by every sampler on it (384 KB
   // for 32,000 tokens), rather than one per sampler: 64 conversations at a
@@ -367,7 +388,7 @@ Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
   if (!finite) fail(Errc::invalid_argument, "every logit is -inf: no token can be sampled");
 
   llama_token_data_array arr{candidates.data(), candidates.size(), -1, false};
-  if (grammar_) {
+  if (masked) {
     guarded("grammar apply", [&] { llama_sampler_apply(grammar_.get(), &arr); });
     bool any = false;
     for (std::size_t i = 0; i < arr.size && !any; ++i) any = arr.data[i].logit > -INFINITY;
@@ -421,15 +442,19 @@ Token Sampler::draw(llama_token_data_array &arr) {
   return picked.id;
 }
 
+bool Sampler::grammar_allows(Token token) {
+  llama_token_data one{token, 0.0f, 0.0f};
+  llama_token_data_array arr{&one, 1, -1, false};
+  guarded("grammar check", [&] { llama_sampler_apply(grammar_.get(), &arr); });
+  return arr.data[0].logit > -INFINITY;
+}
+
 void Sampler::accept(Token token) {
   model_.check_token(token);
   if (grammar_) {
     // llama.cpp aborts on a disallowed end-of-generation token and corrupts its stacks on any
-    // other disallowed token, so ask the grammar first with a one-candidate array.
-    llama_token_data one{token, 0.0f, 0.0f};
-    llama_token_data_array arr{&one, 1, -1, false};
-    guarded("grammar check", [&] { llama_sampler_apply(grammar_.get(), &arr); });
-    if (!(arr.data[0].logit > -INFINITY)) {
+    // other disallowed token, so ask the grammar first.
+    if (!grammar_allows(token)) {
       fail(Errc::invalid_argument, fmt::format("token {} ('{}') is not allowed by the grammar at this point", token,
                                                model_.token_piece(token)));
     }

@@ -77,7 +77,14 @@ class Sampler {
   // is -inf. weft's own work here does not allocate; llama.cpp's grammar and
   // top_p stages may.
   //
-  // When the chain is a plain argmax (temperature 0, no grammar, penalties
+  // With a grammar, sample() first picks as if there were none (by the paths
+  // below) and keeps that token when the grammar allows it; otherwise it
+  // draws again over the vocabulary the grammar masks (as sample_chain()),
+  // from the RNG position and mirostat state the first pick started from.
+  // This is llama.cpp's common sampler's order; it costs one token's check
+  // where masking 32,000 costs ~2 ms.
+  //
+  // When the chain is a plain argmax (temperature 0, penalties
   // that llama.cpp's penalty stage skips: penalty_last_n 0, or repeat 1 with
   // frequency and presence 0), sample() takes the argmax directly instead of
   // filling a candidate array and running the chain: the same token (the
@@ -87,12 +94,13 @@ class Sampler {
   // (their logits count as -inf: GenerateParams::ignore_eos); refused as
   // above when nothing else is left.
   Token sample(std::span<const float> logits, bool ban_eog = false);
-  // sample() through the full llama.cpp chain, never the fast path. For tests
-  // and benchmarks that compare the two.
+  // sample() through the full llama.cpp chain, never the fast path, the
+  // grammar (if any) masking the vocabulary first. For tests and benchmarks
+  // that compare the two.
   Token sample_chain(std::span<const float> logits, bool ban_eog = false);
   // Whether sample() takes the argmax fast path (see above).
   bool greedy_fast_path() const noexcept { return fast_greedy_; }
-  // At a temperature with top_k in [1, kTopKFastMax], no grammar and
+  // At a temperature with top_k in [1, kTopKFastMax], no mirostat and
   // penalties off, sample() selects the top k candidates itself in one pass
   // over the logits and hands llama.cpp's chain only those, sorted (its
   // top_k stage then has nothing left to sort): the same candidates in the
@@ -163,6 +171,12 @@ class Sampler {
   // After chain_: XTC and the temperature (when split), then weft's draw
   // (or mirostat's), and the checks on it.
   Token finish(llama_token_data_array &arr);
+  // sample() without the grammar: the fast paths or chain_draw(unmasked).
+  Token sample_free(std::span<const float> logits, bool ban_eog);
+  // Candidates from `logits` (masked by the grammar when `masked`), the
+  // chain, then finish().
+  Token chain_draw(std::span<const float> logits, bool ban_eog, bool masked);
+  bool grammar_allows(Token token);
   Token draw(llama_token_data_array &arr);
   void check_size(std::span<const float> logits) const;
   void journal_push(std::int32_t entry);

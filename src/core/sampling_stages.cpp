@@ -110,11 +110,22 @@ void apply_xtc(llama_token_data_array &arr, float probability, float threshold, 
 }
 
 std::size_t mirostat_select(llama_token_data_array &arr, float tau, float eta, float &mu, std::uint64_t &rng) {
+  // The kept few are moved to the front and sorted, not the whole vocabulary.
+  llama_token_data *best = std::max_element(arr.data, arr.data + arr.size, [](const auto &a, const auto &b) {
+    return a.logit < b.logit || (a.logit == b.logit && a.id > b.id);
+  });
+  std::swap(arr.data[0], *best);
+  const double top = arr.data[0].logit;
+  double total = 0;
+  for (std::size_t i = 0; i < arr.size; ++i) {
+    total += arr.data[i].logit > -INFINITY ? std::exp(static_cast<double>(arr.data[i].logit) - top) : 0.0;
+  }
+  // Surprise -log2(p) <= mu: p >= 2^-mu, that is logit >= top + ln(total * 2^-mu).
+  const double floor = top + std::log(total) - static_cast<double>(mu) * std::log(2.0);
+  const auto mid = std::partition(arr.data + 1, arr.data + arr.size,
+                                  [&](const llama_token_data &c) { return static_cast<double>(c.logit) >= floor; });
+  arr.size = static_cast<std::size_t>(mid - arr.data);
   sort_candidates(arr);
-  softmax_sorted(arr);
-  std::size_t keep = 1;
-  while (keep < arr.size && -std::log2(arr.data[keep].p) <= mu) ++keep;
-  arr.size = keep;
   softmax_sorted(arr);
   const double u = next_unit(rng);
   double acc = 0;

@@ -47,9 +47,10 @@ llama_sampler *build_chain(const llama_vocab *vocab, std::int32_t n_vocab, const
 void apply_xtc(llama_token_data_array &arr, float probability, float threshold, std::uint64_t &rng);
 
 // Mirostat 2.0 over what the chain left (after temperature): tokens whose
-// surprise -log2(p) exceeds `mu` go (the most likely stays), one is drawn
+// surprise -log2(p) exceeds `mu` go (the most likely stays; only the kept
+// ones are sorted, by logit, ties by id), one is drawn
 // from the rest renormalised, and mu moves by eta * (tau - its surprise).
-// Returns the index drawn in `arr` (sorted by logit, ties by id).
+// Returns the index drawn in `arr`.
 std::size_t mirostat_select(llama_token_data_array &arr, float tau, float eta, float &mu, std::uint64_t &rng);
 
 }  // namespace weft::detail

@@ -270,6 +270,59 @@ TEST(Sampling, GrammarKeepsRandomSamplesInTheLanguage) {
   }
 }
 
+// The grammar checks the unconstrained pick: a sampler with a grammar takes
+// the same token as one without whenever the grammar allows that token, and
+// only otherwise draws over the masked vocabulary (then in the language).
+TEST(Sampling, GrammarKeepsTheUnconstrainedPickWhenItAllowsIt) {
+  // Tokens made of digits only: what the grammar admits until the full stop.
+  std::vector<Token> digits;
+  for (std::size_t i = 0; i < n_vocab(); ++i) {
+    const auto &p = pieces()[i];
+    if (!p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      digits.push_back(static_cast<Token>(i));
+    }
+  }
+  ASSERT_GE(digits.size(), 10u);
+  auto is_digits = [&](Token t) { return std::find(digits.begin(), digits.end(), t) != digits.end(); };
+  std::vector<Token> stops;  // "." (a byte-fallback token spells it too)
+  for (std::size_t i = 0; i < n_vocab(); ++i) {
+    if (pieces()[i] == ".") stops.push_back(static_cast<Token>(i));
+  }
+  int kept = 0, redrawn = 0;
+  for (std::uint32_t seed : {1u, 2u, 3u, 4u}) {
+    for (const float temperature : {0.0f, 1.0f}) {
+      const int top_k = seed % 2 ? 40 : 0;
+      Sampler with(model(), {.temperature = temperature, .top_k = top_k, .seed = seed, .grammar = kDigits});
+      Sampler without(model(), {.temperature = temperature, .top_k = top_k, .seed = seed});
+      std::mt19937 rng(seed);
+      for (int i = 0; i < 30; ++i) {
+        auto l = normal_logits(rng, 1.0f);
+        // Every other draw digits lead (the free pick is one), else they
+        // trail; the full stop never leads, so the grammar stays open.
+        for (Token d : digits) l[static_cast<std::size_t>(d)] += i % 2 ? 8.0f : -2.0f;
+        for (Token s : stops) l[static_cast<std::size_t>(s)] = -INFINITY;
+        auto probe = without.clone();
+        const Token free_pick = probe.sample(l);
+        const Token t = with.sample(l);
+        ASSERT_TRUE(is_digits(t)) << "seed " << seed << " draw " << i << ": '" << pieces()[static_cast<std::size_t>(t)] << "'";
+        if (is_digits(free_pick)) {
+          ASSERT_EQ(t, free_pick) << "seed " << seed << " draw " << i;
+          ++kept;
+        } else {
+          ++redrawn;
+        }
+        // Both drew once (a redraw starts from the same RNG position), and
+        // both accept the token kept: they stay in step.
+        without = std::move(probe);
+        with.accept(t);
+        without.accept(t);
+      }
+    }
+  }
+  EXPECT_GT(kept, 50);
+  EXPECT_GT(redrawn, 50);
+}
+
 TEST(Sampling, JsonGrammarCompletes) {
   const char *grammar = R"(root ::= "{" ws "\"name\"" ws ":" ws "\"" [a-z]+ "\"" ws "}"
 ws ::= [ ]?)";

@@ -40,7 +40,8 @@ TEST(Sampling, GreedyFastPathIsTakenExactlyWhenTheChainIsAnArgmax) {
   EXPECT_FALSE(Sampler(model(), {.repeat_penalty = 1.1f}).greedy_fast_path());
   EXPECT_FALSE(Sampler(model(), {.frequency_penalty = 0.1f}).greedy_fast_path());
   EXPECT_FALSE(Sampler(model(), {.presence_penalty = -0.1f}).greedy_fast_path());
-  EXPECT_FALSE(Sampler(model(), {.grammar = kDigits}).greedy_fast_path());
+  // A grammar checks the fast path's pick afterwards (Sampling.GrammarKeepsTheUnconstrainedPickWhenItAllowsIt).
+  EXPECT_TRUE(Sampler(model(), {.grammar = kDigits}).greedy_fast_path());
 }
 
 TEST(Sampling, GreedyFastPathMatchesTheFullChain) {
@@ -93,7 +94,9 @@ TEST(Sampling, TopKFastPathIsTakenExactlyWhenTheChainStartsWithTopK) {
   EXPECT_FALSE(Sampler(model(), {.temperature = 0.8f, .top_k = Sampler::kTopKFastMax + 1}).top_k_fast_path());
   EXPECT_FALSE(Sampler(model(), {.top_k = 40}).top_k_fast_path());  // greedy has its own
   EXPECT_FALSE(Sampler(model(), {.temperature = 0.8f, .top_k = 40, .repeat_penalty = 1.1f}).top_k_fast_path());
-  EXPECT_FALSE(Sampler(model(), {.temperature = 0.8f, .top_k = 40, .grammar = kDigits}).top_k_fast_path());
+  EXPECT_TRUE(Sampler(model(), {.temperature = 0.8f, .top_k = 40, .grammar = kDigits}).top_k_fast_path());
+  EXPECT_FALSE(Sampler(model(), {.temperature = 0.8f, .top_k = 40, .mirostat = 2}).top_k_fast_path());
+  EXPECT_FALSE(Sampler(model(), {.temperature = 0.8f, .top_k = 40, .dry_multiplier = 0.5f}).top_k_fast_path());
 }
 
 TEST(Sampling, TopKFastPathMatchesTheFullChain) {
