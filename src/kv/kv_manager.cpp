@@ -400,11 +400,7 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
   const auto n = static_cast<std::uint32_t>(history.size());
   if (n == 0) return true;
   if (h.n() > 0) fail(Errc::backend, fmt::format("KV import into sequence {}, which holds {} cells", h.seq, h.n()));
-  // A slot claimed before the data came: the import takes one of its own.
-  if (h.seq >= 0) {
-    free_seq(h.seq);
-    h.seq = -1;
-  }
+  if (h.seq >= 0) drop(h);  // a slot claimed before the data came (empty): the import takes one of its own
   exact = std::min(exact, n);
   if (slots_free() > 0 && cells_free() >= n) {
     const int seq = take_seq(nullptr);
