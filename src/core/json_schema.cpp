@@ -67,13 +67,15 @@ std::string json_schema_to_grammar(std::string_view schema) {
 #endif
 }
 
-#ifndef WEFT_HAVE_JSG
-// Tools need the converter (core/jsg/tool_calls.cpp has them otherwise).
-std::string tools_grammar(std::span<const Tool>, ToolChoice) { return json_schema_to_grammar("{}"); }
-std::string tools_prompt(std::span<const Tool>) { return json_schema_to_grammar("{}"); }
+// The one text that needs no converter; the rest of weft/tools.hpp is in
+// core/jsg/tool_calls.cpp, or refuses below without it.
 std::string tool_result_prompt(std::string_view result) {
   return "<tool_response>\n" + std::string(result) + "\n</tool_response>";
 }
+
+#ifndef WEFT_HAVE_JSG
+std::string tools_grammar(std::span<const Tool>, ToolChoice) { return json_schema_to_grammar("{}"); }
+std::string tools_prompt(std::span<const Tool>) { return json_schema_to_grammar("{}"); }
 bool parse_tool_call(std::string_view, ToolCall &) { return false; }
 #endif
 

@@ -5,6 +5,7 @@
 
 #include "common.hpp"
 #include "reference.hpp"
+#include "state/state_codec.hpp"
 
 // KV data llama.cpp refuses (another cache type) is a typed error, and the
 // executor is unchanged: no conversation added, no cell or slot held — also
@@ -28,4 +29,40 @@ TEST(State, KvDataOfAnotherCacheTypeIsRefusedWhole) {
   EXPECT_EQ(after.cells_used, before.cells_used);
   EXPECT_EQ(after.slots_used, before.slots_used);
   EXPECT_TRUE(other.has_logits());
+}
+
+// The fields of versions 9-11 refuse what a writer could not have written
+// (records made with the codec itself, each with one thing wrong).
+TEST(State, GenerationRecordFieldsOfNewerVersionsAreChecked) {
+  using weft::detail::ConvRecord;
+  using weft::detail::GenRecord;
+  constexpr std::int32_t kVocab = 100;
+  auto refused = [&](const GenRecord &g, const weft::SamplerParams &sp, const char *needle) {
+    ConvRecord r;
+    r.history = {1, 2, 3};
+    r.sampler_params = sp;
+    r.gen = g;
+    const auto bytes = weft::detail::encode_conversation(r, 7, kVocab);
+    return weft_test::throws_weft([&] { (void)weft::detail::decode_conversation(bytes, 7, kVocab, 1024); },
+                                  weft::Errc::corrupt, needle);
+  };
+  GenRecord g;
+  g.max_tokens = 8;
+  g.tokens = {5, 6};
+  g.logprobs = true;
+  g.top_logprobs = 1;
+  g.logprob_entries = {{5, -1.0f, {{5, -1.0f}}}};
+  EXPECT_TRUE(refused(g, {}, "1 logprob entries for 2 generated tokens"));
+  g.logprob_entries.push_back({7, -2.0f, {}});
+  EXPECT_TRUE(refused(g, {}, "logprob entry 1 is not token 1's"));
+  g.logprob_entries[1] = {6, -2.0f, {{kVocab + 3, -2.0f}}};
+  EXPECT_TRUE(refused(g, {}, "generation.logprobs.top.token = 103 is outside the vocabulary"));
+  g.logprob_entries[1].top.clear();
+  g.top_logprobs = 21;
+  EXPECT_TRUE(refused(g, {}, "generation.top_logprobs = 21"));
+  g.top_logprobs = 0;
+  g.logprob_entries = {{5, -1.0f, {}}, {6, -2.0f, {}}};
+  EXPECT_TRUE(refused(g, {.mirostat = 1}, "SamplerParams.mirostat = 1"));  // version 10's params validated
+  g.tools = true;
+  EXPECT_TRUE(refused(g, {.typical_p = 2.0f}, "SamplerParams.typical_p = 2"));  // and in version 11
 }

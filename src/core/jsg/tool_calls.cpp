@@ -104,10 +104,6 @@ std::string tools_prompt(std::span<const Tool> tools) {
   return out;
 }
 
-std::string tool_result_prompt(std::string_view result) {
-  return "<tool_response>\n" + std::string(result) + "\n</tool_response>";
-}
-
 bool parse_tool_call(std::string_view text, ToolCall &out) {
   if (text.substr(0, kOpen.size()) != kOpen) return false;
   const auto end = text.find(kClose, kOpen.size());
