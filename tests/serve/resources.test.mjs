@@ -189,11 +189,13 @@ test("a client that leaves mid-stream: its generation is cancelled, nothing leak
 });
 
 test("SIGTERM: a running stream ends cleanly, the server exits 0", async () => {
-  const s = await startServer(["--shutdown-grace", "0.2"]);
+  // A reply the tiny model cannot finish within the grace period: 900 tokens
+  // once did (3,000 tokens/s), and the stream then ended without being cut.
+  const s = await startServer(["--shutdown-grace", "0.2", "--max-tokens", "8000"], { ctx: 8192 });
   const conv = (await postJson(s.url + "/v1/conversations", { prefix: "Once" })).body.id;
   const r = await fetch(`${s.url}/v1/conversations/${conv}/messages`, { method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ content: " upon", max_tokens: 900, temperature: 0, stream: true }) });
+    body: JSON.stringify({ content: " upon", max_tokens: 8000, temperature: 0, stream: true }) });
   let deltas = 0;
   const reading = readSse(r, () => deltas++);
   await waitFor(() => deltas >= 2, 5000, "the stream to start");
