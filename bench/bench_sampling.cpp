@@ -5,7 +5,8 @@
 // makes. At a temperature (top_k 40, top_p 0.95, 0.8): weft's Sampler beside
 // llama.cpp's own sampler chain fed as llama.cpp's common sampler feeds it
 // (a fresh candidate array per token). Then a JSON schema's grammar, the
-// typical-p / XTC / DRY / Mirostat stages, and a token's logprobs.
+// typical-p / XTC / DRY / Mirostat stages, banned strings, and a token's
+// logprobs.
 // Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true.
 #include <benchmark/benchmark.h>
 
@@ -162,7 +163,9 @@ void BM_SampleJsonSchema(benchmark::State &state) {
 }
 
 // typical_p, XTC, DRY and Mirostat 2.0 each added to the temperature chain
-// above (0 = none of them, the baseline).
+// above (0 = none of them, the baseline); then banned strings that seldom
+// bite (5: the pick's text checked) and one that bites most picks (6: "e",
+// so the vocabulary is masked and the draw made again).
 void BM_SampleStages(benchmark::State &state) {
   weft::SamplerParams p{.temperature = kTemp, .top_k = kTopK, .top_p = kTopP, .seed = 1};
   switch (state.range(0)) {
@@ -170,6 +173,8 @@ void BM_SampleStages(benchmark::State &state) {
     case 2: p.xtc_probability = 0.5f; break;
     case 3: p.dry_multiplier = 0.8f; break;
     case 4: p.mirostat = 2; break;
+    case 5: p.banned_strings = {"As an AI", "language model", "The dragon", "qzx"}; break;
+    case 6: p.banned_strings = {"e"}; break;
     default: break;
   }
   weft::detail::Sampler s(model(), p, 1024);
@@ -202,6 +207,6 @@ BENCHMARK(BM_LogitCopy);
 BENCHMARK(BM_SampleTemperatureWeft)->Arg(0)->Arg(1);
 BENCHMARK(BM_SampleTemperatureLlamaChain)->Arg(0)->Arg(1);
 BENCHMARK(BM_SampleJsonSchema);
-BENCHMARK(BM_SampleStages)->DenseRange(0, 4);
+BENCHMARK(BM_SampleStages)->DenseRange(0, 6);
 BENCHMARK(BM_Logprob)->Arg(0)->Arg(5)->Arg(20);
 BENCHMARK_MAIN();

@@ -31,6 +31,11 @@ namespace Weft
         public string[] DrySequenceBreakers;
         public int Mirostat;  // 0 = off, 2 = Mirostat 2.0
         public float MirostatTau, MirostatEta;
+        // Text a generation never writes: a token that would complete one of
+        // these (after the generation's text so far) is never drawn. null or
+        // empty = none; at most 256, each 1-256 bytes (else WeftException
+        // InvalidArgument).
+        public string[] BannedStrings;
 
         public SamplerParams()
         {
@@ -96,19 +101,30 @@ namespace Weft
             n.dry_penalty_last_n = DryPenaltyLastN;
             if (DrySequenceBreakers != null)
             {
-                var ptrs = new IntPtr[Math.Max(1, DrySequenceBreakers.Length)];  // non-null even when empty
-                for (int i = 0; i < DrySequenceBreakers.Length; ++i)
-                {
-                    if (DrySequenceBreakers[i] == null) throw new ArgumentNullException("DrySequenceBreakers[" + i + "]");
-                    ptrs[i] = mem.Utf8z(DrySequenceBreakers[i]);
-                }
-                n.dry_sequence_breakers = mem.PointerArray(ptrs);
+                n.dry_sequence_breakers = Strings(DrySequenceBreakers, "DrySequenceBreakers", mem);
                 n.n_dry_sequence_breakers = Native.Size(DrySequenceBreakers.Length);
+            }
+            if (BannedStrings != null && BannedStrings.Length > 0)
+            {
+                n.banned_strings = Strings(BannedStrings, "BannedStrings", mem);
+                n.n_banned_strings = Native.Size(BannedStrings.Length);
             }
             n.mirostat = Mirostat;
             n.mirostat_tau = MirostatTau;
             n.mirostat_eta = MirostatEta;
             return n;
+        }
+
+        // A const char *const[] of `strings` (non-null even when empty).
+        static IntPtr Strings(string[] strings, string name, CallMemory mem)
+        {
+            var ptrs = new IntPtr[Math.Max(1, strings.Length)];
+            for (int i = 0; i < strings.Length; ++i)
+            {
+                if (strings[i] == null) throw new ArgumentNullException(name + "[" + i + "]");
+                ptrs[i] = mem.Utf8z(strings[i]);
+            }
+            return mem.PointerArray(ptrs);
         }
     }
 

@@ -15,9 +15,10 @@ namespace Weft
         public int Token;               // Token: the token; -1 otherwise
         public FinishReason Reason;     // Finished
         public Status ErrorCode;        // Error, Finished with Reason.Error
-        internal int TextStart, TextBytes, ErrorStart, ErrorBytes;
+        internal int TextStart, TextBytes, ErrorStart, ErrorBytes, NameStart, NameBytes;
 
-        // UTF-8 bytes of the text this token released (0 for other kinds).
+        // UTF-8 bytes of the text this token released, or of a ToolCall's
+        // arguments (0 for other kinds).
         public int TextByteCount { get { return TextBytes; } }
     }
 
@@ -79,6 +80,11 @@ namespace Weft
                     };
                     p.TextBytes = Native.Int(e.text_len);
                     p.TextStart = Append(e.text, p.TextBytes);
+                    if (e.kind == (int)EventKind.ToolCall && e.tool_name != IntPtr.Zero)
+                    {
+                        p.NameBytes = Strlen(e.tool_name);
+                        p.NameStart = Append(e.tool_name, p.NameBytes);
+                    }
                     if (e.error_code != 0 && e.error_message != IntPtr.Zero)
                     {
                         p.ErrorBytes = Strlen(e.error_message);
@@ -125,6 +131,13 @@ namespace Weft
         {
             var e = this[i];
             return new string(chars, 0, Decode(e.ErrorStart, e.ErrorBytes));
+        }
+
+        // A ToolCall event's tool name ("" for other kinds); its arguments are Text(i).
+        public string ToolName(int i)
+        {
+            var e = this[i];
+            return new string(chars, 0, Decode(e.NameStart, e.NameBytes));
         }
 
         private int Decode(int start, int bytes)

@@ -26,7 +26,7 @@ namespace Weft
         // With PressurePolicy.Callback: runs on the stepping thread; may
         // rewind, shift, dispose or fork conversations.
         public Action<PressureInfo> OnPressure;
-        // Queue token/finished/error events for PollEvents (the main-thread way).
+        // Queue token/finished/error/tool-call events for PollEvents (the main-thread way).
         public bool Events;
         // Parking tiers for conversations beyond the slots or cells (used
         // before the pressure policy): RAM, then a disk directory, then
@@ -155,10 +155,11 @@ namespace Weft
         public EventKind Kind;
         public ulong ConversationId;
         public int Token;               // Token: the token; -1 otherwise
-        public string Text;             // Token: the text it released
+        public string Text;             // Token: the text it released; ToolCall: the arguments (JSON)
         public FinishReason Reason;     // Finished
         public Status ErrorCode;        // Error, Finished with Reason.Error
         public string ErrorMessage;
+        public string ToolName;         // ToolCall: the tool's name; "" otherwise
     }
 
     // One llama.cpp context shared by many conversations.
@@ -295,6 +296,7 @@ namespace Weft
                         Kind = (EventKind)e.kind, ConversationId = e.conversation, Token = e.token,
                         Text = Native.Utf8(e.text, Native.Int(e.text_len)), Reason = (FinishReason)e.reason,
                         ErrorCode = (Status)e.error_code, ErrorMessage = Native.Utf8z(e.error_message),
+                        ToolName = Native.Utf8z(e.tool_name),
                     });
                 }
                 return events;

@@ -217,6 +217,7 @@ namespace Weft
         public UIntPtr text_len;
         public IntPtr error_message;
         public int kind, token, reason, error_code;
+        public IntPtr tool_name;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -237,6 +238,8 @@ namespace Weft
         public UIntPtr n_dry_sequence_breakers;
         public int mirostat;
         public float mirostat_tau, mirostat_eta;
+        public IntPtr banned_strings;  // const char *const[n]
+        public UIntPtr n_banned_strings;
     }
 
     // weft_token_logprob.

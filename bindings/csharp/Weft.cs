@@ -75,7 +75,8 @@ namespace Weft
     // calls Executor.EncodeImages (a game that places each encode itself).
     public enum ImageEncoding { Thread = 0, Caller = 1 }
     public enum FinishReason { Running = 0, MaxTokens = 1, EndOfGeneration = 2, StopString = 3, ContextFull = 4, Cancelled = 5, Error = 6 }
-    public enum EventKind { Token = 0, Finished = 1, Error = 2 }
+    // ToolCall: a generation's tool call is complete, just before its Finished.
+    public enum EventKind { Token = 0, Finished = 1, Error = 2, ToolCall = 3 }
     // Where a conversation's KV data is: in the cache, or parked.
     public enum Residency { Resident = 0, Ram = 1, Disk = 2, Recompute = 3 }
     // What an Adapter file holds (Weft.Adapter.cs).

@@ -254,16 +254,18 @@ enum class EventKind {
   token,     // a generation produced a token (text: what it released)
   finished,  // a generation ended (reason, error)
   error,     // a step set a conversation's error()
+  tool_call, // a generation's tool call is complete (tool_call), just before its finished event
 };
 
 struct Event {
   EventKind kind = EventKind::token;
   std::uint64_t conversation = 0;  // Conversation::id()
-  Generation generation;           // token, finished: the generation
+  Generation generation;           // token, finished, tool_call: the generation
   Token token = -1;                // token
   std::string text;                // token
   FinishReason reason = FinishReason::running;  // finished
   std::optional<Error> error;      // error; finished with reason error
+  std::optional<ToolCall> tool_call;  // tool_call: the parsed call (as GenerationResult::tool_call)
 };
 
 struct ExecutorStats {

@@ -69,6 +69,19 @@ struct SamplerParams {
   // Errc::out_of_range when the sampler is set on a conversation.
   std::vector<LogitBias> logit_bias;
   static constexpr std::size_t kMaxLogitBias = 1024;
+  // Text a generation never writes: a token whose text would complete one of
+  // these strings, counting the generation's text before it, is never drawn
+  // (its logit counts as -inf, after logit_bias and beside the grammar). The
+  // strings are matched byte for byte against the generated text (the
+  // prompt does not count); a string may span several tokens. weft does not
+  // backtrack: the text swerves at the token that would complete a string.
+  // A generation with the conversation's own sampler starts its text afresh;
+  // Conversation::sample() continues the sampler's. Empty = none. Default
+  // empty. At most kMaxBannedStrings, each 1 to kMaxBannedStringBytes
+  // bytes, else Errc::invalid_argument. Saved as state version 12.
+  std::vector<std::string> banned_strings;
+  static constexpr std::size_t kMaxBannedStrings = 256;
+  static constexpr std::size_t kMaxBannedStringBytes = 256;
 
   // The stages below follow llama.cpp's (llama-server's names and order:
   // penalties -> DRY -> top_k -> typical_p -> top_p -> min_p -> XTC ->

@@ -50,14 +50,17 @@ weft_sampler_params sampler_defaults() {
   p.mirostat = d.mirostat;
   p.mirostat_tau = d.mirostat_tau;
   p.mirostat_eta = d.mirostat_eta;
+  p.banned_strings = nullptr;
+  p.n_banned_strings = 0;
   return p;
 }
 
 // Before `json_schema` was appended, before `logit_bias`, before
-// `typical_p` and the stages after it, and now.
+// `typical_p` and the stages after it, before `banned_strings`, and now.
 const std::initializer_list<std::size_t> kSamplerParamsSizes = {
     offsetof(weft_sampler_params, json_schema), offsetof(weft_sampler_params, logit_bias),
-    offsetof(weft_sampler_params, typical_p), sizeof(weft_sampler_params)};
+    offsetof(weft_sampler_params, typical_p), offsetof(weft_sampler_params, banned_strings),
+    sizeof(weft_sampler_params)};
 
 SamplerParams to_sampler(const weft_sampler_params *in) {
   weft_sampler_params p = sampler_defaults();
@@ -106,6 +109,15 @@ SamplerParams to_sampler(const weft_sampler_params *in) {
   s.mirostat = p.mirostat;
   s.mirostat_tau = p.mirostat_tau;
   s.mirostat_eta = p.mirostat_eta;
+  if (p.n_banned_strings > SamplerParams::kMaxBannedStrings) {  // before reading them
+    fail(WEFT_ERR_INVALID_ARGUMENT, fmt::format("weft_sampler_params.n_banned_strings = {}; at most {} are taken",
+                                                p.n_banned_strings, SamplerParams::kMaxBannedStrings));
+  }
+  if (p.n_banned_strings > 0) need(p.banned_strings, "weft_sampler_params.banned_strings");
+  for (std::size_t i = 0; i < p.n_banned_strings; ++i) {
+    const std::string name = fmt::format("weft_sampler_params.banned_strings[{}]", i);
+    s.banned_strings.emplace_back(cstr_arg(p.banned_strings[i], name.c_str()));
+  }
   return s;
 }
 

@@ -16,6 +16,7 @@ static_assert(WEFT_ATTENTION_ENVIRONMENT == static_cast<int>(weft::AttentionSour
 static_assert(WEFT_ATTENTION_MEASURED == static_cast<int>(weft::AttentionSource::measured));
 static_assert(WEFT_PRESSURE_CALLBACK == static_cast<int>(PressurePolicy::callback));
 static_assert(WEFT_EVENT_ERROR == static_cast<int>(EventKind::error));
+static_assert(WEFT_EVENT_TOOL_CALL == static_cast<int>(EventKind::tool_call));
 static_assert(WEFT_IMAGE_ENCODING_CALLER == static_cast<int>(ImageEncoding::caller));
 
 // Sizes of every released weft_executor_params: the fields after a smaller
@@ -388,14 +389,16 @@ weft_status weft_event_list_get(const weft_event_list *list, size_t index, weft_
     const weft::Event &e = l->events[index];
     weft_event c{};
     c.conversation = e.conversation;
-    c.text = e.text.c_str();
-    c.text_len = e.text.size();
+    const bool call = e.kind == weft::EventKind::tool_call && e.tool_call;
+    c.text = call ? e.tool_call->arguments.c_str() : e.text.c_str();
+    c.text_len = call ? e.tool_call->arguments.size() : e.text.size();
+    c.tool_name = call ? e.tool_call->name.c_str() : "";
     c.error_message = e.error ? e.error->what() : "";
     c.kind = static_cast<int32_t>(e.kind);
     c.token = e.kind == weft::EventKind::token ? e.token : -1;
     c.reason = static_cast<int32_t>(e.reason);
     c.error_code = e.error ? from_errc(e.error->code()) : WEFT_OK;
-    write_struct(out, "weft_event", c, {sizeof(weft_event)});
+    write_struct(out, "weft_event", c, {offsetof(weft_event, tool_name), sizeof(weft_event)});
   });
 }
 

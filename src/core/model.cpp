@@ -226,18 +226,34 @@ std::string Model::detokenize(std::span<const Token> tokens, const DetokenizeOpt
   detail::fail(Errc::backend, "llama_detokenize did not fit the size it asked for");
 }
 
-std::string Model::token_piece(Token token, bool render_special) const {
-  check_token(token);
+namespace {
+
+std::string piece_of(const llama_vocab *vocab, Token token, bool render_special) {
   // A stack buffer: most pieces are short, and the result then fits the
   // string's inline storage (a generation step samples one per conversation).
   char buf[64];
-  const int32_t n = llama_token_to_piece(impl_->vocab, token, buf, sizeof buf, 0, render_special);
+  const int32_t n = llama_token_to_piece(vocab, token, buf, sizeof buf, 0, render_special);
   if (n >= 0) return std::string(buf, static_cast<std::size_t>(n));
   std::string out(static_cast<std::size_t>(-n), '\0');
-  const int32_t m = llama_token_to_piece(impl_->vocab, token, out.data(), static_cast<int32_t>(out.size()), 0,
-                                         render_special);
+  const int32_t m = llama_token_to_piece(vocab, token, out.data(), static_cast<int32_t>(out.size()), 0, render_special);
   out.resize(static_cast<std::size_t>(m < 0 ? 0 : m));
   return out;
+}
+
+}  // namespace
+
+std::string Model::token_piece(Token token, bool render_special) const {
+  check_token(token);
+  return piece_of(impl_->vocab, token, render_special);
+}
+
+const std::vector<std::string> &Model::Impl::pieces() const {
+  std::call_once(pieces_once, [this] {
+    std::vector<std::string> out(static_cast<std::size_t>(n_vocab));
+    for (std::int32_t t = 0; t < n_vocab; ++t) out[static_cast<std::size_t>(t)] = piece_of(vocab, t, false);
+    pieces_ = std::move(out);
+  });
+  return pieces_;
 }
 
 std::int32_t Model::n_vocab() const noexcept { return impl_->n_vocab; }

@@ -34,8 +34,14 @@ struct Model::Impl {
   // RPC peers' relays (ModelParams::rpc); kept past llama_model_free, since
   // freeing the model's buffers still talks to them.
   std::vector<detail::RpcWatch> rpc;
+  // Every token's text as Model::token_piece gives it, built once on first
+  // use (SamplerParams::banned_strings masks the vocabulary by it).
+  const std::vector<std::string> &pieces() const;
   // Why the model can no longer decode (an RPC peer failed); empty while it can.
   std::string failure() const { return detail::rpc_failure(rpc); }
+
+  mutable std::once_flag pieces_once;
+  mutable std::vector<std::string> pieces_;
 
   Impl() = default;
   Impl(const Impl &) = delete;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/internal.hpp"
+#include "core/banned_strings.hpp"
 #include "core/logit_bias.hpp"
 #include "core/sampling.hpp"
 
@@ -57,6 +58,7 @@ void validate(const SamplerParams &p) {
     fail(Errc::invalid_argument, "SamplerParams.grammar_root is empty but a grammar is set");
   }
   validate_logit_bias(p.logit_bias);
+  validate_banned_strings(p.banned_strings);
   validate_stages(p);
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/internal.hpp"
 #include "core/logit_bias.hpp"
+#include "core/logit_scan.hpp"
 #include "core/top_k.hpp"
 #include "core/model_impl.hpp"
 #include "weft/json_schema.hpp"
@@ -79,6 +80,7 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
   llama_sampler *temp = nullptr;
   chain_.reset(build_chain(m.vocab, m.n_vocab, params_, plan_, last_n, dry_n, &temp));
   temp_.reset(temp);
+  bans_ = BannedStrings(params_.banned_strings);
   rng_ = 0x6a09e667f3bcc909ull ^ (static_cast<std::uint64_t>(params_.seed) * 0x9e3779b97f4a7c15ull);
   mu_ = 2.0f * params_.mirostat_tau;
   journal_keep_ = grammar_ ? 0 : static_cast<std::size_t>(std::max({0, last_n, plan_.dry ? dry_n : 0}));
@@ -94,6 +96,7 @@ Sampler::Sampler(const Model &model, const SamplerParams &params, std::int32_t n
 Sampler::State Sampler::state() const {
   State s{rng_, journal_, std::nullopt};
   if (plan_.mirostat) s.mirostat_mu = mu_;
+  if (!bans_.empty()) s.ban_tail = bans_.tail();
   return s;
 }
 
@@ -122,6 +125,7 @@ Sampler Sampler::restore(const Model &model, const SamplerParams &params, std::i
   }
   s.rng_ = state.rng;
   if (state.mirostat_mu) s.mu_ = *state.mirostat_mu;
+  if (state.ban_tail) s.bans_.set_tail(*state.ban_tail);
   return s;
 }
 
@@ -148,6 +152,7 @@ Sampler Sampler::clone() const {
   Sampler out(model_, params_, std::move(grammar), std::move(chain), std::move(temp));
   out.plan_ = plan_;
   out.mu_ = mu_;
+  out.bans_ = bans_;
   out.rng_ = rng_;
   out.journal_ = journal_;
   out.journal_keep_ = journal_keep_;
@@ -166,7 +171,7 @@ void Sampler::check_size(std::span<const float> logits) const {
 
 Token Sampler::sample(std::span<const float> logits, bool ban_eog) {
   logits = apply_logit_bias(logits, params_.logit_bias, biased_);  // the paths below see it as the logits
-  if (!grammar_) return sample_free(logits, ban_eog);
+  if (!grammar_ && bans_.empty()) return sample_free(logits, ban_eog);
   // As llama.cpp's common sampler: a pick made as if there were no grammar,
   // kept when the grammar allows it (one token checked, where masking the
   // vocabulary costs milliseconds); else the draw again over the masked
@@ -174,13 +179,28 @@ Token Sampler::sample(std::span<const float> logits, bool ban_eog) {
   const std::uint64_t rng0 = rng_;
   const float mu0 = mu_;
   try {
-    if (const Token t = sample_free(logits, ban_eog); grammar_allows(t)) return t;
+    if (const Token t = sample_free(logits, ban_eog); allowed(t)) return t;
   } catch (const Error &) {
     // The masked draw names what is wrong, if anything still is.
   }
   rng_ = rng0;
   mu_ = mu0;
-  return chain_draw(logits, ban_eog, true);
+  if (!bans_.empty()) logits = mask_banned(logits);
+  return grammar_ ? chain_draw(logits, ban_eog, true) : sample_free(logits, ban_eog);
+}
+
+bool Sampler::allowed(Token token) {
+  if (!bans_.empty() && bans_.completes(model_.impl()->pieces()[static_cast<std::size_t>(token)])) return false;
+  return !grammar_ || grammar_allows(token);
+}
+
+std::span<const float> Sampler::mask_banned(std::span<const float> logits) {
+  check_size(logits);
+  logits = bans_.mask(logits, model_.impl()->pieces(), banned_);
+  if (std::none_of(logits.begin(), logits.end(), [](float v) { return v > -INFINITY; })) {
+    fail(Errc::invalid_argument, "SamplerParams.banned_strings leave no token to sample after this text");
+  }
+  return logits;
 }
 
 Token Sampler::sample_free(std::span<const float> logits, bool ban_eog) {
@@ -199,76 +219,6 @@ Token Sampler::sample_free(std::span<const float> logits, bool ban_eog) {
   return sample_argmax(masked_);
 }
 
-namespace {
-
-#if defined(__GNUC__) || defined(__clang__)
-using V = float __attribute__((vector_size(16)));
-using M = std::int32_t __attribute__((vector_size(16)));
-
-// p[0, 16) as four vectors (unaligned loads).
-inline void load16(const float *p, V &a, V &b, V &c, V &d) {
-  std::memcpy(&a, p, sizeof(V));
-  std::memcpy(&b, p + 4, sizeof(V));
-  std::memcpy(&c, p + 8, sizeof(V));
-  std::memcpy(&d, p + 12, sizeof(V));
-}
-#endif
-
-// The maximum of p[0, n) and whether any entry is NaN. `l > m ? l : m` never
-// picks a NaN and is exactly one SIMD max instruction, so with GCC/Clang
-// vector types the loop runs 16 floats per iteration in 4 independent lanes
-// (a scalar running maximum is one serial chain: ~4 cycles a logit).
-float max_of(const float *p, std::size_t n, bool &nan) {
-  float max_logit = -INFINITY;
-  std::size_t i = 0;
-#if defined(__GNUC__) || defined(__clang__)
-  const V lo = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-  V m0 = lo, m1 = lo, m2 = lo, m3 = lo;
-  M bad = {0, 0, 0, 0};
-  for (; i + 16 <= n; i += 16) {
-    V a, b, c, d;
-    load16(p + i, a, b, c, d);
-    bad |= (a != a) | (b != b) | (c != c) | (d != d);
-    m0 = a > m0 ? a : m0;
-    m1 = b > m1 ? b : m1;
-    m2 = c > m2 ? c : m2;
-    m3 = d > m3 ? d : m3;
-  }
-  m0 = m1 > m0 ? m1 : m0;
-  m2 = m3 > m2 ? m3 : m2;
-  m0 = m2 > m0 ? m2 : m0;
-  for (int k = 0; k < 4; ++k) {
-    nan |= bad[k] != 0;
-    max_logit = m0[k] > max_logit ? m0[k] : max_logit;
-  }
-#endif
-  for (; i < n; ++i) {
-    nan |= p[i] != p[i];
-    max_logit = p[i] > max_logit ? p[i] : max_logit;
-  }
-  return max_logit;
-}
-
-// The first index i with p[i] == m (m is in p), 16 at a time: a vector
-// compare per block (equal entries are rare), then the block scanned.
-std::size_t find_first(const float *p, std::size_t n, float m) {
-  std::size_t i = 0;
-#if defined(__GNUC__) || defined(__clang__)
-  const V mv = {m, m, m, m};
-  for (; i + 16 <= n; i += 16) {
-    V a, b, c, d;
-    load16(p + i, a, b, c, d);
-    const M hit = (a == mv) | (b == mv) | (c == mv) | (d == mv);
-    std::uint64_t h[2];
-    std::memcpy(h, &hit, sizeof(h));
-    if ((h[0] | h[1]) != 0) break;
-  }
-#endif
-  while (!(p[i] == m)) ++i;
-  return i;
-}
-
-}  // namespace
 
 Token Sampler::sample_argmax(std::span<const float> logits) const {
   check_size(logits);
@@ -357,7 +307,9 @@ Token Sampler::sample_top_k(std::span<const float> logits, bool ban_eog) {
 }
 
 Token Sampler::sample_chain(std::span<const float> logits, bool ban_eog) {
-  return chain_draw(apply_logit_bias(logits, params_.logit_bias, biased_), ban_eog, grammar_ != nullptr);
+  logits = apply_logit_bias(logits, params_.logit_bias, biased_);
+  if (!bans_.empty()) logits = mask_banned(logits);
+  return chain_draw(logits, ban_eog, grammar_ != nullptr);
 }
 
 Token Sampler::chain_draw(std::span<const float> logits, bool ban_eog, bool masked) {
@@ -461,6 +413,7 @@ void Sampler::accept(Token token) {
     guarded("grammar accept", [&] { llama_sampler_accept(grammar_.get(), token); });
   }
   guarded("sampler accept", [&] { llama_sampler_accept(chain_.get(), token); });
+  if (!bans_.empty()) bans_.accept(model_.impl()->pieces()[static_cast<std::size_t>(token)]);
   journal_push(token);
 }
 

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/banned_strings.hpp"
 #include "core/sampling_stages.hpp"
 #include "weft/model.hpp"
 #include "weft/sampling.hpp"
@@ -82,7 +83,9 @@ class Sampler {
   // draws again over the vocabulary the grammar masks (as sample_chain()),
   // from the RNG position and mirostat state the first pick started from.
   // This is llama.cpp's common sampler's order; it costs one token's check
-  // where masking 32,000 costs ~2 ms.
+  // where masking 32,000 costs ~2 ms. params().banned_strings are checked
+  // the same way: a pick that would complete one is drawn again over the
+  // vocabulary with every such token masked (and the grammar's mask, if any).
   //
   // When the chain is a plain argmax (temperature 0, penalties
   // that llama.cpp's penalty stage skips: penalty_last_n 0, or repeat 1 with
@@ -95,7 +98,7 @@ class Sampler {
   // above when nothing else is left.
   Token sample(std::span<const float> logits, bool ban_eog = false);
   // sample() through the full llama.cpp chain, never the fast path, the
-  // grammar (if any) masking the vocabulary first. For tests and benchmarks
+  // grammar and banned_strings (if any) masking the vocabulary first. For tests and benchmarks
   // that compare the two.
   Token sample_chain(std::span<const float> logits, bool ban_eog = false);
   // Whether sample() takes the argmax fast path (see above).
@@ -120,6 +123,10 @@ class Sampler {
   // is then unchanged).
   void accept(Token token);
 
+  // The next token starts a new text: banned_strings look back no further
+  // (a generation's first token, with the conversation's own sampler).
+  void start_text() noexcept { bans_.clear(); }
+
   // Records prompt tokens in the penalty history only (the grammar constrains
   // what is generated, not the prompt). Throws Errc::out_of_range for an id
   // outside the vocabulary, before recording any.
@@ -131,11 +138,13 @@ class Sampler {
   // RNG position and the journal of accepted tokens that the penalties and
   // the grammar were fed (prompt-only tokens as -(t + 1)). Without a grammar
   // the journal keeps only what the penalty window can still see.
-  // With mirostat, its running mu too (absent: it starts at 2 * tau).
+  // With mirostat, its running mu too (absent: it starts at 2 * tau); with
+  // banned_strings, the end of the text they look back on.
   struct State {
     std::uint64_t rng = 0;
     std::vector<std::int32_t> journal;
     std::optional<float> mirostat_mu;
+    std::optional<std::string> ban_tail;
   };
   State state() const;
   // A sampler with `params` whose penalties, grammar and RNG are as `state`
@@ -158,6 +167,8 @@ class Sampler {
   Ptr temp_;     // the temperature stage, apart from chain_ when XTC runs between them
   ChainPlan plan_;
   float mu_ = 0.0f;  // Mirostat 2.0's running maximum surprise
+  BannedStrings bans_;
+  std::vector<float> banned_;          // the logits with banned_strings' completions masked, reused
   std::vector<float> masked_;          // the logits with EOG masked (ban_eog), reused
   std::vector<float> biased_;          // the logits plus params_.logit_bias (when set), reused
   // weft draws from the final distribution itself so the RNG state is one
@@ -177,6 +188,10 @@ class Sampler {
   // chain, then finish().
   Token chain_draw(std::span<const float> logits, bool ban_eog, bool masked);
   bool grammar_allows(Token token);
+  // Neither a banned string nor the grammar refuses `token` here.
+  bool allowed(Token token);
+  // `logits` with what banned_strings refuse masked; Errc::invalid_argument when nothing is left.
+  std::span<const float> mask_banned(std::span<const float> logits);
   Token draw(llama_token_data_array &arr);
   void check_size(std::span<const float> logits) const;
   void journal_push(std::int32_t entry);

@@ -60,6 +60,7 @@ struct SampleJob {
   std::shared_ptr<GenState> gen;
   std::shared_ptr<Sampler> sampler;
   std::uint64_t epoch;
+  bool new_text = false;  // the generation's first token: its sampler's text starts afresh
   Token token = 0;
   std::optional<TokenLogprob> logprob;  // with GenerateParams::logprobs
   double seconds = 0;  // the sample took

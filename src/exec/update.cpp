@@ -11,6 +11,16 @@
 #include "exec/executor_core.hpp"
 
 namespace weft::detail {
+namespace {
+
+// Whether `g` has sampled nothing yet (its tokens are appended under the
+// state lock, which the caller holds).
+bool first_token(GenState &g) {
+  std::lock_guard lock(g.mu);
+  return g.result.tokens.empty();
+}
+
+}  // namespace
 
 void ExecutorCore::commit_part(Segment &s, const Part &part, StepResult &result) {
   Conv &c = *s.conv;
@@ -53,7 +63,7 @@ std::int32_t ExecutorCore::claim_early_sample_locked(Conv &c, std::uint32_t n) {
   if (!c.gen || c.error || c.share.sampling || c.share.pending || c.n_decoded() + n >= n_ctx) return -1;
   auto sampler = c.gen->own_sampler ? c.gen->own_sampler : sampler_of(c);
   c.share.sampling = true;
-  scratch.run.early.push_back({&c, c.gen, std::move(sampler), c.epoch});
+  scratch.run.early.push_back({&c, c.gen, std::move(sampler), c.epoch, first_token(*c.gen)});
   return static_cast<std::int32_t>(scratch.run.early.size() - 1);
 }
 
@@ -61,6 +71,7 @@ void ExecutorCore::sample_job(SampleJob &job, const float *logits) {
   try {
     const auto s0 = std::chrono::steady_clock::now();
     decoder->before_sample();
+    if (job.new_text) job.sampler->start_text();
     job.token = job.sampler->sample(std::span(logits, static_cast<std::size_t>(n_vocab)), job.gen->params.ignore_eos);
     job.sampler->accept(job.token);
     if (const GenerateParams &p = job.gen->params; p.logprobs) {
@@ -101,11 +112,12 @@ std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason,
   c.gen.reset();
   std::string rest;
   if (gen->stream && reason != FinishReason::stop_string && reason != FinishReason::error) rest = gen->stream->flush();
+  std::optional<ToolCall> call;
   {
     std::lock_guard lock(gen->mu);
     gen->result.text += rest;
     gen->result.error = error;
-    if (ToolCall call; gen->tools && parse_tool_call(gen->result.text, call)) gen->result.tool_call = std::move(call);
+    if (ToolCall parsed; gen->tools && parse_tool_call(gen->result.text, parsed)) gen->result.tool_call = call = parsed;
     if (publish) {
       gen->result.reason = reason;
     } else {
@@ -114,6 +126,9 @@ std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason,
   }
   if (publish) gen->cv.notify_all();
   if (gen->params.on_finish) outbox.finished.push_back(gen);
+  if (call && events.enabled()) {
+    events.post({.kind = EventKind::tool_call, .conversation = c.id, .generation = Generation(gen), .tool_call = call});
+  }
   events.post({.kind = EventKind::finished,
                .conversation = c.id,
                .generation = Generation(gen),
@@ -133,7 +148,7 @@ void ExecutorCore::sample_phase(StepResult &result, std::unique_lock<std::mutex>
     }
     auto sampler = c.gen->own_sampler ? c.gen->own_sampler : sampler_of(c);
     c.share.sampling = true;
-    scratch.sample_jobs.push_back({&c, c.gen, std::move(sampler), c.epoch});
+    scratch.sample_jobs.push_back({&c, c.gen, std::move(sampler), c.epoch, first_token(*c.gen)});
   }
   if (scratch.sample_jobs.empty()) return;
   // Sampling (~0.5 ms a conversation at a temperature over a 32,000-token

@@ -35,7 +35,7 @@ class Writer {
     put<std::uint32_t>(static_cast<std::uint32_t>(t.size()));
     raw(t.data(), t.size() * sizeof(Token));
   }
-  // `version` >= 7 adds json_schema, >= 8 logit_bias.
+  // `version` >= 7 adds json_schema, >= 8 logit_bias, >= 10 the stages, >= 12 banned_strings.
   void sampler(const SamplerParams &p, std::uint32_t version) {
     put(p.temperature);
     put<std::int32_t>(p.top_k);
@@ -70,6 +70,10 @@ class Writer {
       put(p.mirostat_tau);
       put(p.mirostat_eta);
     }
+    if (version >= 12) {
+      put<std::uint32_t>(static_cast<std::uint32_t>(p.banned_strings.size()));
+      for (const auto &b : p.banned_strings) str(b);
+    }
   }
   void sampler_state(const std::optional<Sampler::State> &s, std::uint32_t version) {
     put<std::uint8_t>(s ? 1 : 0);
@@ -79,6 +83,10 @@ class Writer {
     if (version >= 10) {
       put<std::uint8_t>(s->mirostat_mu ? 1 : 0);
       if (s->mirostat_mu) put(*s->mirostat_mu);
+    }
+    if (version >= 12) {
+      put<std::uint8_t>(s->ban_tail ? 1 : 0);
+      if (s->ban_tail) str(*s->ban_tail);
     }
   }
 };
@@ -161,6 +169,10 @@ class Reader {
       p.mirostat_tau = get<float>("sampler.mirostat_tau");
       p.mirostat_eta = get<float>("sampler.mirostat_eta");
     }
+    if (version >= 12) {
+      p.banned_strings.resize(count(SamplerParams::kMaxBannedStrings, "sampler.banned_strings count"));
+      for (auto &b : p.banned_strings) b = str("sampler.banned_strings");
+    }
     try {
       validate(p);
       check_logit_bias_vocab(p.logit_bias, n_vocab);
@@ -177,6 +189,13 @@ class Reader {
     if (version >= 10 && flag("sampler_state.has_mirostat_mu")) {
       s.mirostat_mu = get<float>("sampler_state.mirostat_mu");
       if (!std::isfinite(*s.mirostat_mu)) fail(Errc::corrupt, fmt::format("{}: mirostat mu is not finite", what_));
+    }
+    if (version >= 12 && flag("sampler_state.has_ban_tail")) {
+      s.ban_tail = str("sampler_state.ban_tail");
+      if (s.ban_tail->size() >= SamplerParams::kMaxBannedStringBytes) {
+        fail(Errc::corrupt, fmt::format("{}: the banned strings' tail is {} bytes; at most {}", what_, s.ban_tail->size(),
+                                        SamplerParams::kMaxBannedStringBytes - 1));
+      }
     }
     return s;
   }

@@ -93,7 +93,10 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   const bool bias = !r.sampler_params.logit_bias.empty() ||
                     (r.gen && r.gen->sampler && !r.gen->sampler->logit_bias.empty());
   const bool stages = uses_stages(r.sampler_params) || (r.gen && r.gen->sampler && uses_stages(*r.gen->sampler));
-  const std::uint32_t version = r.gen && r.gen->tools    ? 11u
+  const bool bans = !r.sampler_params.banned_strings.empty() ||
+                    (r.gen && r.gen->sampler && !r.gen->sampler->banned_strings.empty());
+  const std::uint32_t version = bans                     ? 12u
+                                : r.gen && r.gen->tools    ? 11u
                                 : stages                   ? 10u
                                 : r.gen && r.gen->logprobs ? 9u
                                 : bias                   ? 8u

@@ -17,11 +17,12 @@
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 11;  // the newest read
+inline constexpr std::uint32_t kStateVersion = 12;  // the newest read
 // Written unless the state needs a later version's field (a generation with
 // ignore_eos: version 6; a sampler with a json_schema: version 7; one with a
 // logit_bias: version 8; a generation recording logprobs: version 9; a sampler using typical_p, XTC, DRY or mirostat:
-// version 10; a generation with tools: version 11), so such states stay readable by an older weft.
+// version 10; a generation with tools: version 11; a sampler with banned_strings: version 12), so such states stay
+// readable by an older weft.
 inline constexpr std::uint32_t kPlainStateVersion = 5;
 inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
 // Bounds checked before anything is allocated from a length field.

@@ -189,6 +189,7 @@ int main(int argc, char **argv) {
       {"sampler", test_sampler},
       {"logit_bias", test_logit_bias},
       {"sampler_stages", test_sampler_stages},
+      {"banned_strings", test_banned_strings},
       {"tools", test_tools},
       {"dispose_and_executor_gone", test_dispose_and_executor_gone},
       {"pressure", test_pressure},

@@ -121,6 +121,7 @@ void test_generation(void);
 void test_generation_logprobs(void);
 /* c_api_test_sampler_stages.c */
 void test_sampler_stages(void);
+void test_banned_strings(void);
 void test_tools(void);
 /* c_api_test_state.c */
 void test_state(void);

@@ -182,3 +182,87 @@ void test_tools(void) {
   CHECK_OK(weft_executor_free(ex));
   CHECK_OK(weft_model_free(m));
 }
+
+/* Banned strings through the C ABI: a greedy reply with two bytes of the
+   unbanned reply banned holds neither and differs; a conversation sampler
+   with them is saved as version 12; the refusals; a struct_size from before
+   them reads none. */
+void test_banned_strings(void) {
+  weft_model *m = load_tiny();
+  weft_executor *ex;
+  weft_conversation *c = NULL;
+  weft_generation *g = NULL;
+  weft_generate_params gp;
+  weft_sampler_params sp, old;
+  weft_bytes *b = NULL;
+  const uint8_t *data = NULL;
+  size_t size = 0, len = 0;
+  char plain[512], banned[512], ban[3];
+  const char *bans[2];
+  int pass;
+  if (!m) return;
+  ex = make_executor(m, 512, 4);
+  CHECK_OK(weft_sampler_params_init(&sp, sizeof sp));
+  CHECK(sp.banned_strings == NULL && sp.n_banned_strings == 0);
+  CHECK_OK(weft_generate_params_init(&gp, sizeof gp));
+  gp.max_tokens = 16;
+  gp.ignore_eos = 1;
+  gp.sampler = &sp;
+  for (pass = 0; pass < 2; ++pass) {
+    CHECK_OK(weft_conversation_create(ex, &c));
+    CHECK_OK(weft_conversation_prompt_text(c, "The smith said", 14, WEFT_TEXT_ADD_BOS));
+    CHECK_OK(weft_conversation_generate(c, &gp, &g));
+    run_until_idle(ex);
+    CHECK_OK(weft_generation_text(g, pass == 0 ? plain : banned, sizeof plain, &len));
+    CHECK_OK(weft_generation_free(g));
+    CHECK_OK(weft_conversation_free(c));
+    if (pass == 0) {
+      CHECK(len >= 4);
+      if (len < 4) break;
+      /* Two bytes from the middle of the plain reply (not a NUL). */
+      ban[0] = plain[len / 2];
+      ban[1] = plain[len / 2 + 1];
+      ban[2] = '\0';
+      bans[0] = ban;
+      sp.banned_strings = bans;
+      sp.n_banned_strings = 1;
+    }
+  }
+  if (len > 0) {
+    CHECK(strstr(banned, ban) == NULL);
+    CHECK(strcmp(banned, plain) != 0);
+  }
+
+  /* A conversation's sampler with them: state version 12. */
+  CHECK_OK(weft_conversation_create(ex, &c));
+  CHECK_OK(weft_conversation_prompt_text(c, "The smith said", 14, WEFT_TEXT_ADD_BOS));
+  CHECK_OK(weft_conversation_set_sampler(c, &sp));
+  run_until_idle(ex);
+  CHECK_OK(weft_conversation_save(c, &b));
+  CHECK_OK(weft_bytes_data(b, &data, &size));
+  CHECK(size > 12 && data[8] == 12);
+  CHECK_OK(weft_bytes_free(b));
+
+  /* Refusals. */
+  sp.banned_strings = NULL;
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_NULL_ARG, "weft_sampler_params.banned_strings");
+  sp.banned_strings = bans;
+  sp.n_banned_strings = 257;
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_INVALID_ARGUMENT, "n_banned_strings = 257");
+  bans[1] = "";
+  sp.n_banned_strings = 2;
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_INVALID_ARGUMENT, "banned_strings[1] is 0 bytes");
+  bans[1] = NULL;
+  CHECK_ERR(weft_conversation_set_sampler(c, &sp), WEFT_ERR_NULL_ARG, "weft_sampler_params.banned_strings[1]");
+
+  /* A caller from before them: what follows its struct_size is not read. */
+  old = sp;
+  old.struct_size = offsetof(weft_sampler_params, banned_strings);
+  old.banned_strings = NULL;
+  old.n_banned_strings = 99;
+  CHECK_OK(weft_conversation_set_sampler(c, &old));
+
+  CHECK_OK(weft_conversation_free(c));
+  CHECK_OK(weft_executor_free(ex));
+  CHECK_OK(weft_model_free(m));
+}

@@ -1,6 +1,7 @@
 // GenerateParams::tools: with ToolChoice::required every reply, at any seed,
 // is one call that parses, names a tool and whose arguments match its
-// schema; automatic speaks (text not beginning with '<') unless a bias puts
+// schema, and arrives as a tool_call event just before its finished event;
+// automatic speaks (text not beginning with '<') unless a bias puts
 // the model on '<', then calls; the conversation after a call and its result
 // goes on exactly as the same tokens prompted by hand; a save mid-call
 // (state version 11) loads and parses the same call; bad tools are refused.
@@ -65,7 +66,9 @@ TEST(ToolsGeneration, RequiredAlwaysGivesAWellFormedCall) {
   const auto &m = weft_test::tiny();
   std::set<std::string> names;
   for (unsigned seed = 1; seed <= 6; ++seed) {
-    weft::Executor ex(m, params());
+    auto ep = params();
+    ep.events = true;
+    weft::Executor ex(m, ep);
     std::vector<weft::Conversation> convs;
     std::vector<weft::Generation> gens;
     for (unsigned k = 0; k < 3; ++k) {
@@ -86,6 +89,26 @@ TEST(ToolsGeneration, RequiredAlwaysGivesAWellFormedCall) {
       expect_valid(*r.tool_call, where);
       names.insert(r.tool_call->name);
     }
+    // Each call as an event too, just before its generation's finished event.
+    const auto events = ex.poll_events();
+    for (unsigned k = 0; k < 3; ++k) {
+      const auto call = gens[k].result().tool_call;
+      std::vector<weft::EventKind> last;
+      for (std::size_t i = 0; i < events.size(); ++i) {
+        const auto &e = events[i];
+        if (e.conversation != convs[k].id() || e.kind == weft::EventKind::token) continue;
+        last.push_back(e.kind);
+        if (e.kind != weft::EventKind::tool_call) continue;
+        ASSERT_TRUE(e.tool_call && call);
+        EXPECT_EQ(e.tool_call->name, call->name);
+        EXPECT_EQ(e.tool_call->arguments, call->arguments);
+        ASSERT_LT(i + 1, events.size());
+        EXPECT_EQ(events[i + 1].kind, weft::EventKind::finished);
+        EXPECT_EQ(events[i + 1].conversation, convs[k].id());
+      }
+      EXPECT_EQ(last, (std::vector<weft::EventKind>{weft::EventKind::tool_call, weft::EventKind::finished}))
+          << "seed " << seed << " conv " << k;
+    }
   }
   EXPECT_EQ(names.size(), 2u) << "both tools get called across seeds";
 }
@@ -101,7 +124,9 @@ TEST(ToolsGeneration, AutomaticSpeaksUnlessTheModelReachesForACall) {
   ASSERT_GE(lt, 0);
   int spoke = 0;
   for (unsigned seed = 1; seed <= 6; ++seed) {
-    weft::Executor ex(m, params());
+    auto ep = params();
+    ep.events = true;
+    weft::Executor ex(m, ep);
     auto c = ex.create();
     c.prompt(prompt_tokens(m, "Hello there"));
     auto d = c.fork();
@@ -114,6 +139,10 @@ TEST(ToolsGeneration, AutomaticSpeaksUnlessTheModelReachesForACall) {
                            .tools = tools()});
     run_until_idle(ex);
     const auto rt = talk.result(), ra = act.result();
+    for (const auto &e : ex.poll_events()) {
+      EXPECT_FALSE(e.kind == weft::EventKind::tool_call && e.conversation == c.id() && !rt.tool_call)
+          << "a call event for a reply without a call";
+    }
     if (!rt.tool_call) {
       ++spoke;
       EXPECT_NE(rt.text.substr(0, 1), "<") << rt.text;

@@ -11,7 +11,7 @@
 // decoded before the next, as a conversation resource is prompted by
 // create then messages; BOS before the first; with MMPROJ an element may be
 // an array of parts, as below, queued around its media), with "max_tokens", "temperature", "top_p", "seed",
-// "stop", llama-server's "top_k", "min_p", "typical_p", "xtc_*", "dry_*" and "mirostat*", "logprobs" and "top_logprobs" (then "logprobs": [{token, logprob, top: [[token, logprob]]}] in the
+// "stop", llama-server's "top_k", "min_p", "typical_p", "xtc_*", "dry_*" and "mirostat*", "banned_strings", "logprobs" and "top_logprobs" (then "logprobs": [{token, logprob, top: [[token, logprob]]}] in the
 // output) and "logit_bias" ({"id": bias}, -100 = a ban: SamplerParams's -inf) as in the OpenAI request. With MMPROJ (a projector for MODEL), a
 // message's content may be an array of parts: {"type": "text", "text"},
 // {"type": "image_file", "path"} (a PNG or JPEG, queued with
@@ -157,6 +157,7 @@ int main(int argc, char **argv) {
     sp.mirostat = req.value("mirostat", sp.mirostat);
     sp.mirostat_tau = req.value("mirostat_tau", sp.mirostat_tau);
     sp.mirostat_eta = req.value("mirostat_eta", sp.mirostat_eta);
+    if (req.contains("banned_strings")) sp.banned_strings = req["banned_strings"];
     if (req.value("logprobs", false)) {
       gp.logprobs = true;
       gp.top_logprobs = req.value("top_logprobs", 0u);

@@ -23,7 +23,7 @@ namespace Weft.Samples
         public static void Run(string modelPath)
         {
             using (var model = Model.Load(modelPath))
-            using (var ex = new Executor(model, new ExecutorParams { ContextSize = 2048, BatchSize = 64, MaxSequences = 4, Threads = 2 }))
+            using (var ex = new Executor(model, new ExecutorParams { ContextSize = 2048, BatchSize = 64, MaxSequences = 4, Threads = 2, Events = true }))
             {
                 var about = Tool.Prompt(Tools);
                 Check.True(about.Contains("sell_item: Sell the player an item for gold.") && about.Contains("<tool_call>"),
@@ -43,6 +43,12 @@ namespace Weft.Samples
                             var call = g.ToolCall;
                             Check.True(call != null, "Actions: a required reply is a call");
                             if (call == null) continue;
+                            // The same call as an event, just before the generation's Finished.
+                            var events = ex.PollEvents();
+                            int at = events.FindIndex(e => e.Kind == EventKind.ToolCall);
+                            Check.True(at >= 0 && events[at].ToolName == call.Name && events[at].Text == call.Arguments &&
+                                       at + 1 < events.Count && events[at + 1].Kind == EventKind.Finished,
+                                       "Actions: a ToolCall event before Finished");
                             string result;
                             if (call.Name == "sell_item")
                             {

@@ -36,6 +36,7 @@ namespace Weft.Samples
                 LogitBias(model);
                 Logprobs(model);
                 SamplingStages(model);
+                BannedStrings(model);
                 OnFinish(model);
                 Pressure(model);
                 ManyThreads(model);
@@ -223,6 +224,51 @@ namespace Weft.Samples
                         () => a.SetSampler(new SamplerParams { Temperature = 1.0f, Mirostat = 1 }), "SamplingStages: mirostat 1");
                     Check.Throws(Status.InvalidArgument, "dry_sequence_breakers[0] is 0 bytes",
                         () => a.SetSampler(new SamplerParams { DrySequenceBreakers = new[] { "" } }), "SamplingStages: empty breaker");
+                }
+            }
+        }
+
+        // BannedStrings: a greedy reply with two bytes of the unbanned reply
+        // banned holds neither and differs; a sampler with them saves as
+        // version 12; an empty string is refused.
+        private static void BannedStrings(Model model)
+        {
+            Check.True(new SamplerParams().BannedStrings == null, "BannedStrings: default none");
+            using (var ex = new Executor(model, Small()))
+            {
+                var plain = Reply(ex, null);
+                // Two ASCII characters from the plain reply (no half of a surrogate pair).
+                string ban = null;
+                for (int i = plain.Length / 2; i + 1 < plain.Length && ban == null; ++i)
+                    if (plain[i] < 128 && plain[i + 1] < 128) ban = plain.Substring(i, 2);
+                for (int i = 0; i + 1 < plain.Length && ban == null; ++i)
+                    if (plain[i] < 128 && plain[i + 1] < 128) ban = plain.Substring(i, 2);
+                Check.True(ban != null, "BannedStrings: two ASCII characters in '" + plain + "'");
+                if (ban == null) return;
+                var banned = Reply(ex, new[] { ban });
+                Check.True(!banned.Contains(ban) && banned != plain, "BannedStrings: '" + ban + "' not in '" + banned + "'");
+                using (var c = ex.CreateConversation())
+                {
+                    c.Prompt("The smith said", addBos: true);
+                    c.SetSampler(new SamplerParams { BannedStrings = new[] { ban } });
+                    while (!ex.Step().Idle) { }
+                    Check.Equal(12, (int)c.Save()[8], "BannedStrings: state version 12");
+                    Check.Throws(Status.InvalidArgument, "banned_strings[0] is 0 bytes",
+                        () => c.SetSampler(new SamplerParams { BannedStrings = new[] { "" } }), "BannedStrings: empty");
+                }
+            }
+        }
+
+        private static string Reply(Executor ex, string[] bans)
+        {
+            using (var c = ex.CreateConversation())
+            {
+                c.Prompt("The smith said", addBos: true);
+                using (var g = c.Generate(new GenerateParams { MaxTokens = 16, IgnoreEos = true,
+                    Sampler = new SamplerParams { BannedStrings = bans } }))
+                {
+                    while (!ex.Step().Idle) { }
+                    return g.Text;
                 }
             }
         }

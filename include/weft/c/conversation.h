@@ -124,6 +124,12 @@ typedef struct weft_sampler_params {
   int32_t mirostat;          // 0 = off, 2 = Mirostat 2.0. Default 0
   float mirostat_tau;        // > 0. Default 5
   float mirostat_eta;        // (0, 1]. Default 0.1
+  // Appended after mirostat_eta (an older struct_size leaves none):
+  // n_banned_strings NUL-terminated strings (1-256 bytes, at most 256) a
+  // generation never writes (SamplerParams::banned_strings). Read when the
+  // sampler is set. NULL with n > 0: WEFT_ERR_NULL_ARG. Default NULL
+  const char *const *banned_strings;
+  size_t n_banned_strings;
 } weft_sampler_params;
 
 WEFT_C_API weft_status weft_sampler_params_init(weft_sampler_params *params, size_t struct_size);

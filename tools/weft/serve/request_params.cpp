@@ -126,6 +126,23 @@ std::vector<weft::LogitBias> logit_bias(const Json &body, std::int32_t n_vocab) 
   return out;
 }
 
+// body[name]: an array of at most `max` strings of 1 to `max_bytes` bytes; empty when absent.
+std::vector<std::string> strings_in(const Json &body, const char *name, std::size_t max, std::size_t max_bytes) {
+  std::vector<std::string> out;
+  const Json *b = optional_field(body, name, Json::value_t::array, "an array of strings");
+  if (b == nullptr) return out;
+  if (b->size() > max) {
+    throw bad_param(name, fmt::format("'{}' has {} strings; at most {} are allowed", name, b->size(), max));
+  }
+  for (const auto &v : *b) {
+    if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>().size() > max_bytes) {
+      throw bad_param(name, fmt::format("'{}' must hold strings of 1 to {} bytes, not {}", name, max_bytes, shown(v)));
+    }
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
 // llama-server's sampling fields beyond OpenAI's, same names, same ranges
 // as SamplerParams (the library names the field again if it refuses).
 void read_llama_sampling(const Json &body, weft::SamplerParams &s) {
@@ -141,22 +158,13 @@ void read_llama_sampling(const Json &body, weft::SamplerParams &s) {
   s.dry_base = static_cast<float>(number_in(body, "dry_base", 1, 1e6, d.dry_base));
   s.dry_allowed_length = static_cast<std::int32_t>(integer_in(body, "dry_allowed_length", 1, INT32_MAX, d.dry_allowed_length));
   s.dry_penalty_last_n = static_cast<std::int32_t>(integer_in(body, "dry_penalty_last_n", -1, INT32_MAX, d.dry_penalty_last_n));
-  if (const Json *b = optional_field(body, "dry_sequence_breakers", Json::value_t::array, "an array of strings")) {
-    if (b->size() > weft::SamplerParams::kMaxDryBreakers) {
-      throw bad_param("dry_sequence_breakers", fmt::format("'dry_sequence_breakers' has {} strings; at most {} are allowed",
-                                                           b->size(), weft::SamplerParams::kMaxDryBreakers));
-    }
-    s.dry_sequence_breakers.clear();
-    for (const auto &v : *b) {
-      if (!v.is_string() || v.get<std::string>().empty() ||
-          v.get<std::string>().size() > weft::SamplerParams::kMaxDryBreakerBytes) {
-        throw bad_param("dry_sequence_breakers", fmt::format("'dry_sequence_breakers' must hold strings of 1 to {} "
-                                                             "bytes, not {}", weft::SamplerParams::kMaxDryBreakerBytes,
-                                                             shown(v)));
-      }
-      s.dry_sequence_breakers.push_back(v.get<std::string>());
-    }
+  if (body.contains("dry_sequence_breakers")) {
+    s.dry_sequence_breakers = strings_in(body, "dry_sequence_breakers", weft::SamplerParams::kMaxDryBreakers,
+                                         weft::SamplerParams::kMaxDryBreakerBytes);
   }
+  // TabbyAPI's name: text the reply never contains (a weft extension to llama-server's fields).
+  s.banned_strings = strings_in(body, "banned_strings", weft::SamplerParams::kMaxBannedStrings,
+                                weft::SamplerParams::kMaxBannedStringBytes);
   s.mirostat = static_cast<std::int32_t>(integer_in(body, "mirostat", 0, 2, d.mirostat));
   if (s.mirostat == 1) throw bad_param("mirostat", "'mirostat' is 1; weft offers 0 (off) and 2 (Mirostat 2.0)");
   s.mirostat_tau = static_cast<float>(number_in(body, "mirostat_tau", 0, 1e6, d.mirostat_tau, true));
