@@ -186,7 +186,13 @@ Token Sampler::sample(std::span<const float> logits, bool ban_eog) {
   rng_ = rng0;
   mu_ = mu0;
   if (!bans_.empty()) logits = mask_banned(logits);
-  return grammar_ ? chain_draw(logits, ban_eog, true) : sample_free(logits, ban_eog);
+  if (!grammar_) return sample_free(logits, ban_eog);
+  if (const Token t = sample_masked(logits, ban_eog); t >= 0) return t;
+  return chain_draw(logits, ban_eog, true);
+}
+
+void Sampler::apply_chain(llama_token_data_array &arr) {
+  guarded("sampling", [&] { llama_sampler_apply(chain_.get(), &arr); });
 }
 
 bool Sampler::allowed(Token token) {
@@ -302,7 +308,7 @@ Token Sampler::sample_top_k(std::span<const float> logits, bool ban_eog) {
   // their order are unique.
   if (nan || !top.finish()) return -1;
   llama_token_data_array arr{buf.data(), buf.size(), -1, true};
-  guarded("sampling", [&] { llama_sampler_apply(chain_.get(), &arr); });
+  apply_chain(arr);
   return finish(arr);
 }
 
@@ -348,7 +354,7 @@ Token Sampler::chain_draw(std::span<const float> logits, bool ban_eog, bool mask
       fail(Errc::invalid_argument, "grammar admits no token with a finite logit at this point");
     }
   }
-  guarded("sampling", [&] { llama_sampler_apply(chain_.get(), &arr); });
+  apply_chain(arr);
   return finish(arr);
 }
 

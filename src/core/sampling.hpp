@@ -117,6 +117,17 @@ class Sampler {
   // decide. Only when top_k_fast_path().
   Token sample_top_k(std::span<const float> logits, bool ban_eog = false);
 
+  // The draw sample() makes again over the vocabulary the grammar masks,
+  // without masking all of it: when sample() takes the greedy or the top-k
+  // fast path, the best k tokens the grammar allows decide, so tokens are
+  // checked best first, a widening prefix at a time, until the k best
+  // allowed (and their order) are unique: the token and state
+  // sample_chain() would give. -1 (nothing drawn, state unchanged) when the
+  // full mask must decide (no grammar, another chain, ties at the edge, or
+  // a quarter of the vocabulary (greedy; a sixteenth with a top k) checked
+  // without deciding). For tests and benchmarks; sample() uses it.
+  Token sample_masked(std::span<const float> logits, bool ban_eog = false);
+
   // Records a generated token in the penalty history and advances the grammar.
   // Throws Errc::out_of_range for an id outside the vocabulary and
   // Errc::invalid_argument for a token the grammar does not allow here (state
@@ -193,6 +204,7 @@ class Sampler {
   // `logits` with what banned_strings refuse masked; Errc::invalid_argument when nothing is left.
   std::span<const float> mask_banned(std::span<const float> logits);
   Token draw(llama_token_data_array &arr);
+  void apply_chain(llama_token_data_array &arr);
   void check_size(std::span<const float> logits) const;
   void journal_push(std::int32_t entry);
 };

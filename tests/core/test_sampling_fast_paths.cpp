@@ -176,3 +176,52 @@ TEST(Sampling, TopKFastPathMatchesTheFullChain) {
     EXPECT_TRUE(throws_weft([&] { a.sample(l); }, weft::Errc::invalid_argument, std::to_string(n_vocab())));
   }
 }
+
+// The grammar's draw without masking the whole vocabulary (sample_masked)
+// against the full mask (sample_chain: every token checked, then the chain):
+// the same token and state whenever it decides, at greedy and with a top k,
+// with end tokens banned or not, over grammars that admit a few tokens
+// (digits) or many (lowercase words); it decides most greedy draws, and
+// most top-k draws where the grammar admits many tokens.
+TEST(Sampling, MaskedDrawMatchesTheFullMask) {
+  const std::vector<const char *> grammars = {R"(root ::= [0-9]+ ("." [0-9]+)*)",
+                                              R"(root ::= [a-z]+ (" " [a-z]+)*)"};
+  const std::vector<SamplerParams> chains = {
+      {},
+      {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 1},
+      {.temperature = 1.0f, .top_k = 5, .seed = 2},
+  };
+  for (const char *g : grammars) {
+    for (SamplerParams params : chains) {
+      params.grammar = g;
+      Sampler a(model(), params);
+      Sampler b = a.clone();
+      std::mt19937 rng(7 + params.seed);
+      unsigned taken = 0;
+      const unsigned draws = 120;
+      for (unsigned i = 0; i < draws; ++i) {
+        auto l = i % 5 == 4 ? tricky_logits(rng, 1) : normal_logits(rng, 3.0f);
+        const bool ban = i % 3 == 0;
+        const Token fast = a.sample_masked(l, ban);
+        const Token full = b.sample_chain(l, ban);
+        if (fast < 0) {
+          ASSERT_EQ(a.sample_chain(l, ban), full) << g << " draw " << i;  // nothing was drawn
+        } else {
+          ++taken;
+          ASSERT_EQ(fast, full) << g << " temperature " << params.temperature << " draw " << i;
+        }
+        ASSERT_EQ(a.state().rng, b.state().rng) << "draw " << i;
+        a.accept(full);
+        b.accept(full);
+      }
+      // Digits are a few hundred tokens: 40 of them are rarely among the best quarter.
+      if (params.temperature == 0.0f || g == grammars[1]) {
+        EXPECT_GE(taken, draws / 2) << g << " top_k " << params.top_k;
+      }
+    }
+  }
+  // Another chain (no top k at a temperature): always the full mask.
+  Sampler c(model(), {.temperature = 0.8f, .grammar = grammars[0]});
+  std::mt19937 rng(3);
+  EXPECT_EQ(c.sample_masked(normal_logits(rng, 3.0f)), -1);
+}
