@@ -135,20 +135,26 @@ void BM_SampleTemperatureLlamaChain(benchmark::State &state) {
 }
 
 // Constrained sampling: a JSON schema's grammar over the vocabulary, per
-// token (sample + accept), at the temperature above; the sampler starts over
-// whenever the grammar is complete (not timed).
+// token (sample + accept), at the temperature above (arg 0), greedy (1), or
+// or at the temperature through the full mask on every token (2:
+// sample_chain; a rejected pick cost that before the masked draw checked the
+// best tokens first);
+// the sampler starts over whenever the grammar is complete (not timed).
 void BM_SampleJsonSchema(benchmark::State &state) {
-  const weft::SamplerParams p{.temperature = kTemp, .top_k = kTopK, .top_p = kTopP, .seed = 1,
-                              .json_schema = R"({"type": "object", "properties": {"item": {"enum": ["sword", "shield"]},
-                                "count": {"type": "integer"}, "note": {"type": "string", "maxLength": 40}},
-                                "required": ["item", "count", "note"]})"};
+  weft::SamplerParams p{.temperature = kTemp, .top_k = kTopK, .top_p = kTopP, .seed = 1,
+                        .json_schema = R"({"type": "object", "properties": {"item": {"enum": ["sword", "shield"]},
+                          "count": {"type": "integer"}, "note": {"type": "string", "maxLength": 40}},
+                          "required": ["item", "count", "note"]})"};
+  if (state.range(0) == 1) p.temperature = 0.0f;
+  const bool full = state.range(0) == 2;
   auto s = std::make_unique<weft::detail::Sampler>(model(), p);
   const auto set = model_logit_set();
   std::size_t i = 0;
   for (auto _ : state) {
     weft::Token t = -1;
     try {
-      t = s->sample(set[i++ % set.size()]);
+      const auto &l = set[i++ % set.size()];
+      t = full ? s->sample_chain(l) : s->sample(l);
       s->accept(t);
     } catch (const weft::Error &) {
       t = -1;  // only an end token was left: the object is complete
@@ -206,7 +212,7 @@ BENCHMARK(BM_LogitCopy);
 // Arg 0: normal(0, 3) logits; 1: the model's own.
 BENCHMARK(BM_SampleTemperatureWeft)->Arg(0)->Arg(1);
 BENCHMARK(BM_SampleTemperatureLlamaChain)->Arg(0)->Arg(1);
-BENCHMARK(BM_SampleJsonSchema);
+BENCHMARK(BM_SampleJsonSchema)->DenseRange(0, 2);
 BENCHMARK(BM_SampleStages)->DenseRange(0, 6);
 BENCHMARK(BM_Logprob)->Arg(0)->Arg(5)->Arg(20);
 BENCHMARK_MAIN();

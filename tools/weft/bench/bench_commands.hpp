@@ -14,5 +14,6 @@ void add_bench_prefix(CLI::App &bench);
 void add_bench_adapters(CLI::App &bench);
 void add_bench_rpc(CLI::App &bench);
 void add_bench_overhead(CLI::App &bench);
+void add_bench_schema(CLI::App &bench);
 
 }  // namespace weft_cli

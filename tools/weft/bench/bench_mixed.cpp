@@ -302,14 +302,16 @@ class WeftTarget final : public Target {
   weft::GenerateParams params(const Live &l, std::uint32_t n) {
     Trace *trace = l.trace;
     const std::int64_t origin = origin_ns;
-    return {.max_tokens = n, .on_token = [trace, origin](weft::Token, std::string_view) {
-              const double t = seconds_since(origin);
-              if (trace->first < 0) trace->first = t;
-              trace->chunks.emplace_back(t, 1);
-              ++trace->tokens;
-              trace->end = t;
-            },
-            .ignore_eos = true};  // as llama-server is told
+    weft::GenerateParams gp{.max_tokens = n, .on_token = [trace, origin](weft::Token, std::string_view) {
+                              const double t = seconds_since(origin);
+                              if (trace->first < 0) trace->first = t;
+                              trace->chunks.emplace_back(t, 1);
+                              ++trace->tokens;
+                              trace->end = t;
+                            },
+                            .ignore_eos = p_.json_schema.empty()};  // as llama-server is told
+    if (!p_.json_schema.empty()) gp.sampler = weft::SamplerParams{.json_schema = p_.json_schema};
+    return gp;
   }
 
   TargetParams p_;

@@ -96,6 +96,10 @@ struct TargetParams {
   std::string server_binary, server_log;
   // weft serve (bench mixed --wire): the weft binary run as `weft serve`.
   std::string weft_binary;
+  // Both engines: every reply sampled under this JSON Schema (weft:
+  // SamplerParams::json_schema; llama-server: json_schema; weft serve:
+  // response_format), and an end token may end it (no ignore_eos). "" = none.
+  std::string json_schema;
   // Tokens llama-server must not sample (see invalid_utf8_tokens).
   std::vector<weft::Token> server_banned;
   double server_ready_timeout_s = 60, read_timeout_s = 120;

@@ -109,6 +109,16 @@ class ServerTarget final : public Target {
       auto &bias = body["logit_bias"] = nlohmann::json::array();
       for (auto t : p_.server_banned) bias.push_back({t, false});
     }
+    if (!p_.json_schema.empty()) {
+      // A completed object leaves only an end token: it must be allowed.
+      body["ignore_eos"] = false;
+      const auto schema = nlohmann::json::parse(p_.json_schema);
+      if (is_weft()) {
+        body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "bench"}, {"schema", schema}}}};
+      } else {
+        body["json_schema"] = schema;
+      }
+    }
     // The same tokens weft gets: the shared system prompt, then the user's.
     body["prompt"] = nlohmann::json::array();
     for (auto t : *system_) body["prompt"].push_back(t);

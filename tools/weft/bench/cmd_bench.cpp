@@ -18,6 +18,7 @@ void add_bench(CLI::App &app) {
   add_bench_adapters(*bench);
   add_bench_rpc(*bench);
   add_bench_overhead(*bench);
+  add_bench_schema(*bench);
 }
 
 }  // namespace weft_cli
