@@ -334,3 +334,26 @@ TEST(BenchMixed, InterruptStopsThePeer) {
 }
 
 }  // namespace
+
+TEST(BenchSchema, OneRowPerConversationCountWithEveryRepetition) {
+  const auto dir = temp_dir("schema");
+  const auto json = dir / "schema.json";
+  const auto r = weft("bench schema -m " + kTiny + " --target weft --conversations 1,2 --prompt 4 --output 6 "
+                      "--reps 2 --threads 1 -q --json " + json.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto doc = read_json(json);
+  EXPECT_EQ(doc["bench"], "schema");
+  ASSERT_EQ(doc["results"].size(), 2u);
+  for (const auto &row : doc["results"]) {
+    EXPECT_EQ(row["engine"], "weft");
+    ASSERT_EQ(row["plain_runs"].size(), 2u);
+    ASSERT_EQ(row["schema_runs"].size(), 2u);
+    for (const char *k : {"plain_tokens_per_s", "schema_tokens_per_s", "schema_over_plain"})
+      EXPECT_GT(row[k].get<double>(), 0.0) << k << " " << row.dump();
+  }
+  // A schema the converter refuses stops the bench before it starts, naming where.
+  const auto bad = weft("bench schema -m " + kTiny + " --target weft --schema '{\"type\": \"strin\"}' -q");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("strin"), std::string::npos) << bad.output;
+  fs::remove_all(dir);
+}
