@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common.hpp"
@@ -55,6 +56,20 @@ inline std::vector<float> tricky_logits(std::mt19937 &rng, unsigned kind) {
       break;
   }
   return l;
+}
+
+// Whether `piece` written after `text` completes one of `bans` (an
+// occurrence ending inside `piece`), by searching the whole text: the
+// brute-force reference for SamplerParams::banned_strings.
+inline bool completes_banned(const std::string &text, const std::string &piece, const std::vector<std::string> &bans) {
+  if (piece.empty()) return false;
+  const std::string all = text + piece;
+  for (const auto &s : bans) {
+    for (auto at = all.find(s); at != std::string::npos; at = all.find(s, at + 1)) {
+      if (at + s.size() > text.size()) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace weft_test::sampling

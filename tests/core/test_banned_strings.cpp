@@ -24,22 +24,9 @@ namespace {
 
 std::string piece(Token t) { return model().token_piece(t); }
 
-// Whether `p` written after `text` completes one of `bans` (an occurrence
-// that ends inside `p`), by searching the whole text.
-bool brute_completes(const std::string &text, const std::string &p, const std::vector<std::string> &bans) {
-  if (p.empty()) return false;
-  const std::string all = text + p;
-  for (const auto &s : bans) {
-    for (auto at = all.find(s); at != std::string::npos; at = all.find(s, at + 1)) {
-      if (at + s.size() > text.size()) return true;
-    }
-  }
-  return false;
-}
-
 std::vector<float> brute_mask(std::vector<float> l, const std::string &text, const std::vector<std::string> &bans) {
   for (std::size_t t = 0; t < l.size(); ++t) {
-    if (brute_completes(text, piece(static_cast<Token>(t)), bans)) l[t] = -INFINITY;
+    if (completes_banned(text, piece(static_cast<Token>(t)), bans)) l[t] = -INFINITY;
   }
   return l;
 }
@@ -50,7 +37,7 @@ Token reference_pick(Sampler &twin, const std::vector<float> &l, const std::stri
                      const std::vector<std::string> &bans) {
   Sampler before = twin.clone();
   const Token t = twin.sample(l);
-  if (!brute_completes(text, piece(t), bans)) return t;
+  if (!completes_banned(text, piece(t), bans)) return t;
   twin = std::move(before);
   return twin.sample(brute_mask(l, text, bans));
 }
@@ -74,7 +61,8 @@ std::vector<std::string> pool_bans(std::mt19937 &rng, const std::vector<Token> &
   auto any = [&] { return piece(pool[rng() % pool.size()]); };
   for (int i = 0; i < 4; ++i) {
     const std::string a = any(), b = any();
-    const std::size_t na = 1 + rng() % std::min<std::size_t>(2, a.size()), nb = 1 + rng() % std::min<std::size_t>(2, b.size());
+    const std::size_t na = 1 + rng() % std::min<std::size_t>(2, a.size());
+    const std::size_t nb = 1 + rng() % std::min<std::size_t>(2, b.size());
     bans.push_back(a.substr(a.size() - na) + b.substr(0, nb));
   }
   const std::string c = any();
@@ -230,10 +218,11 @@ TEST(BannedStrings, StateRestoreAndCloneContinueIdentically) {
 TEST(BannedStrings, Refusals) {
   EXPECT_TRUE(throws_weft([] { Sampler(model(), {.banned_strings = {"a", ""}}); }, Errc::invalid_argument,
                           "SamplerParams.banned_strings[1] is 0 bytes; each must hold 1 to 256"));
-  EXPECT_TRUE(throws_weft([] { Sampler(model(), {.banned_strings = {std::string(257, 'x')}}); },
-                          Errc::invalid_argument, "SamplerParams.banned_strings[0] is 257 bytes; each must hold 1 to 256"));
+  EXPECT_TRUE(throws_weft([] { Sampler(model(), {.banned_strings = {std::string(257, 'x')}}); }, Errc::invalid_argument,
+                          "SamplerParams.banned_strings[0] is 257 bytes; each must hold 1 to 256"));
   EXPECT_TRUE(throws_weft([] { Sampler(model(), {.banned_strings = std::vector<std::string>(257, "x")}); },
-                          Errc::invalid_argument, "SamplerParams.banned_strings has 257 entries; at most 256 are taken"));
+                          Errc::invalid_argument,
+                          "SamplerParams.banned_strings has 257 entries; at most 256 are taken"));
   // Only two tokens can be drawn, and the bans refuse both.
   std::mt19937 rng(5);
   const auto pool = printable_pool(rng, 2);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "core/sampling_helpers.hpp"
 #include "reference.hpp"
 #include "weft/executor.hpp"
 
@@ -27,24 +28,14 @@ using weft_test::run_until_idle;
 
 weft::ExecutorParams params() { return {.n_ctx = 1024, .n_batch = 64, .n_seq_max = 4, .n_threads = 2}; }
 
-bool completes(const std::string &text, const std::string &p, const std::vector<std::string> &bans) {
-  if (p.empty()) return false;
-  const std::string all = text + p;
-  for (const auto &s : bans) {
-    for (auto at = all.find(s); at != std::string::npos; at = all.find(s, at + 1)) {
-      if (at + s.size() > text.size()) return true;
-    }
-  }
-  return false;
-}
-
 // The best token of `l` whose piece completes no string after `text`.
 Token checked_argmax(const weft::Model &m, const std::vector<float> &l, const std::string &text,
                      const std::vector<std::string> &bans) {
   Token best = -1;
   for (Token t = 0; t < m.n_vocab(); ++t) {
     const float v = l[static_cast<std::size_t>(t)];
-    if ((best < 0 || v > l[static_cast<std::size_t>(best)]) && !completes(text, m.token_piece(t), bans)) best = t;
+    const bool better = best < 0 || v > l[static_cast<std::size_t>(best)];
+    if (better && !weft_test::sampling::completes_banned(text, m.token_piece(t), bans)) best = t;
   }
   return best;
 }
@@ -70,7 +61,8 @@ std::vector<std::string> bans_from(const weft::Model &m, const std::vector<Token
   std::vector<std::string> bans;
   for (std::size_t i = 1; i < reply.size() && bans.size() < 3; i += 1 + rng() % 4) {
     const std::string a = m.token_piece(reply[i - 1]), b = m.token_piece(reply[i]);
-    if (!a.empty() && !b.empty()) bans.push_back(a.substr(a.size() - 1) + b.substr(0, 1 + rng() % std::min<std::size_t>(2, b.size())));
+    if (a.empty() || b.empty()) continue;
+    bans.push_back(a.substr(a.size() - 1) + b.substr(0, 1 + rng() % std::min<std::size_t>(2, b.size())));
   }
   for (const Token t : reply) {
     if (const std::string p = m.token_piece(t); p.size() >= 3) {

@@ -14,6 +14,11 @@ const char *default_llama_server() {
 #endif
 }
 
+void add_model_and_target(CLI::App &cmd, std::string &model, std::string &target) {
+  cmd.add_option("-m,--model", model, "GGUF model (default: the generated small model, made on first use)");
+  cmd.add_option("--target", target, "Engines to run")->check(CLI::IsMember({"weft", "server", "both"}))->capture_default_str();
+}
+
 void add_engine_options(CLI::App &cmd, TargetParams &e, const std::string &slots_what) {
   const char *server = default_llama_server();
   cmd.add_option("--server", e.server_binary,

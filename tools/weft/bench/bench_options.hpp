@@ -14,6 +14,10 @@ namespace weft_cli::bench {
 // The llama-server built with weft's llama.cpp (`llama-tools`), or "".
 const char *default_llama_server();
 
+// -m/--model (default: the generated small model) and --target (weft |
+// server | both: the engines to run) into `model` and `target`.
+void add_model_and_target(CLI::App &cmd, std::string &model, std::string &target);
+
 // --server, --server-log, --slots, --ctx, --batch, --ubatch, --threads,
 // --step-tokens, --step-ms, --ready-timeout into `e`; `slots_what` says what a slot
 // serves in this bench.

@@ -298,8 +298,7 @@ void add_bench_adapters(CLI::App &bench) {
   auto o = std::make_shared<Opts>();
   auto *cmd = bench.add_subcommand("adapters", "Conversations under per-conversation LoRAs in 1..8 groups: weft vs "
                                                "llama-server with per-request LoRA (throughput, group spread)");
-  cmd->add_option("-m,--model", o->model, "GGUF model (default: the generated small model, made on first use)");
-  cmd->add_option("--target", o->target, "Engines to run")->check(CLI::IsMember({"weft", "server", "both"}));
+  bench::add_model_and_target(*cmd, o->model, o->target);
   cmd->add_option("--groups", o->groups_list, "Group counts to run, comma-separated, each 1..8")->capture_default_str();
   cmd->add_option("--conversations", o->conversations, "Conversations")->check(CLI::Range(1u, 256u))->capture_default_str();
   cmd->add_option("--pp", o->pp, "Prompt tokens each")->check(CLI::Range(1u, 8192u))->capture_default_str();

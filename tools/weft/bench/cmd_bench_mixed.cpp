@@ -168,10 +168,7 @@ void add_bench_mixed(CLI::App &bench) {
                                             "latency, throughput");
   auto &w = o->work;
   auto &e = o->engine;
-  cmd->add_option("-m,--model", o->model, "GGUF model (default: the generated small model, made on first use)");
-  cmd->add_option("--target", o->target, "Engines to run")
-      ->check(CLI::IsMember({"weft", "server", "both"}))
-      ->capture_default_str();
+  bench::add_model_and_target(*cmd, o->model, o->target);
   bench::add_engine_options(*cmd, e, "Conversations served at once");
   cmd->add_option("--conversations", w.conversations, "Conversations in the workload")
       ->check(CLI::Range(1u, 100000u))

@@ -149,10 +149,7 @@ void add_bench_prefix(CLI::App &bench) {
                                              "llama-server's cache_prompt/--cache-reuse (TTFT, throughput)");
   auto &w = o->work;
   auto &e = o->engine;
-  cmd->add_option("-m,--model", o->model, "GGUF model (default: the generated small model, made on first use)");
-  cmd->add_option("--target", o->target, "Engines to run")
-      ->check(CLI::IsMember({"weft", "server", "both"}))
-      ->capture_default_str();
+  bench::add_model_and_target(*cmd, o->model, o->target);
   bench::add_engine_options(*cmd, e, "NPCs served at once");
   cmd->add_option("--conversations", w.conversations, "NPCs")->check(CLI::Range(1u, 100000u))->capture_default_str();
   cmd->add_option("--rate", w.rate, "Arrivals per second (Poisson)")->check(CLI::Range(1e-6, 1e6))->capture_default_str();

@@ -150,10 +150,7 @@ void add_bench_schema(CLI::App &bench) {
                                              "json_schema (tokens/s at 1 and 16 conversations)");
   auto &w = o->work;
   auto &e = o->engine;
-  cmd->add_option("-m,--model", o->model, "GGUF model (default: the generated small model, made on first use)");
-  cmd->add_option("--target", o->target, "Engines to run")
-      ->check(CLI::IsMember({"weft", "server", "both"}))
-      ->capture_default_str();
+  bench::add_model_and_target(*cmd, o->model, o->target);
   bench::add_engine_options(*cmd, e, "slots");
   // One slot per conversation and a context sized to them, per run.
   cmd->remove_option(cmd->get_option("--slots"));
