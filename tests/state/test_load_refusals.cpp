@@ -31,7 +31,7 @@ TEST(State, KvDataOfAnotherCacheTypeIsRefusedWhole) {
   EXPECT_TRUE(other.has_logits());
 }
 
-// The fields of versions 9-11 refuse what a writer could not have written
+// The fields of versions 9-12 refuse what a writer could not have written
 // (records made with the codec itself, each with one thing wrong).
 TEST(State, GenerationRecordFieldsOfNewerVersionsAreChecked) {
   using weft::detail::ConvRecord;
@@ -65,4 +65,11 @@ TEST(State, GenerationRecordFieldsOfNewerVersionsAreChecked) {
   EXPECT_TRUE(refused(g, {.mirostat = 1}, "SamplerParams.mirostat = 1"));  // version 10's params validated
   g.tools = true;
   EXPECT_TRUE(refused(g, {.typical_p = 2.0f}, "SamplerParams.typical_p = 2"));  // and in version 11
+  // Version 12: banned strings validated, and no tail a sampler could not keep.
+  EXPECT_TRUE(refused(g, {.banned_strings = {"ok", ""}}, "SamplerParams.banned_strings[1] is 0 bytes"));
+  weft::detail::Sampler::State st;
+  st.ban_tail = std::string(256, 'x');
+  g.sampler = weft::SamplerParams{.banned_strings = {"abc"}};
+  g.sampler_state = st;
+  EXPECT_TRUE(refused(g, {}, "the banned strings' tail is 256 bytes; at most 255"));
 }
