@@ -64,7 +64,8 @@ namespace Weft
     }
 
     public enum LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3, None = 4 }
-    public enum KvType { F16 = 0, F32 = 1, Q8_0 = 2 }
+    // The quantised ones (Q8_0 .. IQ4_NL) need flash attention and heads a multiple of 32 wide.
+    public enum KvType { F16 = 0, F32 = 1, Q8_0 = 2, Bf16 = 3, Q4_0 = 4, Q4_1 = 5, Q5_0 = 6, Q5_1 = 7, Iq4Nl = 8 }
     // Auto: off on the CPU (llama.cpp's CPU kernel slows with depth); llama.cpp decides
     // when layers run on a GPU or the KV type needs it.
     public enum FlashAttention { Auto = 0, Enabled = 1, Disabled = 2 }

@@ -41,13 +41,16 @@
 
 namespace weft {
 
-enum class KvType { f16, f32, q8_0 };
+// KV cache element types: llama.cpp's at the pin (llama-server's
+// --cache-type-k/v). The quantised ones (q8_0 .. iq4_nl) need flash
+// attention and heads whose width is a multiple of 32.
+enum class KvType { f16, f32, q8_0, bf16, q4_0, q4_1, q5_0, q5_1, iq4_nl };
 enum class FlashAttention { automatic, enabled, disabled };
 // How the context's attention kernel was chosen (ExecutorStats).
 enum class AttentionSource {
   asked,       // ExecutorParams::flash_attn was enabled or disabled
   gpu,         // automatic, layers on a GPU: left to llama.cpp
-  kv_type,     // automatic, a q8_0 cache needs flash attention: left to llama.cpp
+  kv_type,     // automatic, a quantised cache needs flash attention: left to llama.cpp
   measured,    // automatic: both kernels timed when this executor was made
   remembered,  // automatic: an earlier probe's timings (same model, machine, build, shape)
   fallback,    // automatic: the probe could not run (logged); flash attention off
@@ -122,9 +125,13 @@ struct ExecutorParams {
   // spin between graph nodes (OpenMP's default): on cores shared with the
   // game's threads use fewer, or OMP_WAIT_POLICY=passive (docs/EXECUTOR.md).
   int n_threads = 0;
-  // KV cache element type. Default f16.
+  // KV cache element type, for keys and values. Default f16. A quantised
+  // type (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl) with flash_attn = disabled,
+  // or on a model whose heads are not a multiple of 32 wide, is
+  // Errc::invalid_argument; one the backend cannot run is Errc::backend
+  // when the executor is made.
   KvType kv_type = KvType::f16;
-  // Flash attention. Default automatic: with layers on a GPU or a q8_0
+  // Flash attention. Default automatic: with layers on a GPU or a quantised
   // cache llama.cpp decides; on the CPU both kernels are timed on this
   // machine at this executor's shape (n_seq_max conversations, each as deep
   // as an equal share of min(n_ctx, 4096) cells allows, at most 256: one

@@ -52,6 +52,14 @@ struct MakeModelParams {
   std::uint64_t seed = 0;                  // default 0
   // Matrix weight type; default: the preset's (tiny f32, small q8_0, 1b q4_0).
   std::optional<WeightType> type;
+  // Another shape for a random-weight preset (tiny, small, 1b): its tensor
+  // names and weight scheme with these sizes, e.g. tiny with 32-wide heads
+  // for a quantised KV cache. Default none (the preset's shape). Refused with
+  // Errc::invalid_argument for the npc preset and for sizes a llama model
+  // cannot have: n_layer 1..256; n_head 1..256 dividing n_embd, with even
+  // head width (RoPE); n_head_kv dividing n_head; n_ff >= 1; n_ctx_train >=
+  // 16; n_embd and n_ff multiples of a quantised type's block (32).
+  std::optional<ModelShape> shape;
   // Output path. Required. Written atomically (temp file, then rename).
   std::string out;
   // GGUF holding the tokenizer to copy; default: llama.cpp's

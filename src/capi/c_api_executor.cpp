@@ -11,6 +11,7 @@ namespace weft::capi {
 namespace {
 
 static_assert(WEFT_KV_F16 == static_cast<int>(KvType::f16) && WEFT_KV_Q8_0 == static_cast<int>(KvType::q8_0));
+static_assert(WEFT_KV_IQ4_NL == static_cast<int>(KvType::iq4_nl));
 static_assert(WEFT_FLASH_ATTN_DISABLED == static_cast<int>(FlashAttention::disabled));
 static_assert(WEFT_ATTENTION_ENVIRONMENT == static_cast<int>(weft::AttentionSource::environment));
 static_assert(WEFT_ATTENTION_MEASURED == static_cast<int>(weft::AttentionSource::measured));
@@ -158,7 +159,7 @@ weft_status weft_executor_create(const weft_model *model, const weft_executor_pa
     ep.n_ubatch = p.n_ubatch;
     ep.n_seq_max = p.n_seq_max;
     ep.n_threads = p.n_threads;
-    ep.kv_type = static_cast<weft::KvType>(enum_field(p.kv_type, WEFT_KV_Q8_0, "weft_executor_params.kv_type", "weft_kv_type"));
+    ep.kv_type = static_cast<weft::KvType>(enum_field(p.kv_type, WEFT_KV_IQ4_NL, "weft_executor_params.kv_type", "weft_kv_type"));
     ep.flash_attn = static_cast<weft::FlashAttention>(
         enum_field(p.flash_attn, WEFT_FLASH_ATTN_DISABLED, "weft_executor_params.flash_attn", "weft_flash_attn"));
     ep.pressure = static_cast<weft::PressurePolicy>(

@@ -23,6 +23,7 @@
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "core/model_impl.hpp"
+#include "exec/kv_type.hpp"
 #include "kv/scratch_kv.hpp"
 #include "weft/cache.hpp"
 
@@ -153,7 +154,7 @@ std::unique_ptr<Scratch> scratch(const Model &model, const ExecutorParams &p, co
   cp.kv_unified = true;
   cp.n_threads = threads;
   cp.n_threads_batch = threads;
-  cp.type_k = cp.type_v = p.kv_type == KvType::f32 ? GGML_TYPE_F32 : GGML_TYPE_F16;
+  cp.type_k = cp.type_v = to_ggml(p.kv_type);  // not quantised: those are left to llama.cpp
   cp.flash_attn_type = flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
   cp.no_perf = true;
   take_llama_error();
@@ -256,7 +257,9 @@ AttentionChoice choose_attention(const Model &model, const ExecutorParams &p, in
       return c;
     case FlashAttention::automatic: break;
   }
-  if (const char *env = std::getenv("WEFT_FLASH_ATTN"); env != nullptr && *env != '\0') {
+  // A quantised cache runs with flash attention only: the variable cannot turn it off.
+  const char *env = kv_quantised(p.kv_type) ? nullptr : std::getenv("WEFT_FLASH_ATTN");
+  if (env != nullptr && *env != '\0') {
     const std::string v(env);
     if (v == "on" || v == "off") {
       c.type = v == "on" ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -266,7 +269,7 @@ AttentionChoice choose_attention(const Model &model, const ExecutorParams &p, in
     }
     if (v != "auto") log_warning(fmt::format("WEFT_FLASH_ATTN = '{}' is not on, off or auto: ignored", v));
   }
-  if (model.impl()->on_gpu || p.kv_type == KvType::q8_0) {
+  if (model.impl()->on_gpu || kv_quantised(p.kv_type)) {
     c.type = LLAMA_FLASH_ATTN_TYPE_AUTO;
     c.reported = FlashAttention::automatic;
     c.source = model.impl()->on_gpu ? AttentionSource::gpu : AttentionSource::kv_type;

@@ -12,6 +12,7 @@
 #include "exec/executor_core.hpp"
 #include "core/internal.hpp"
 #include "core/model_impl.hpp"
+#include "exec/kv_type.hpp"
 
 namespace weft {
 namespace detail {
@@ -44,8 +45,19 @@ void validate(const Model &model, const ExecutorParams &p) {
   if (p.n_threads < 0 || p.n_threads > 1024) {
     bad(fmt::format("ExecutorParams.n_threads = {} is outside [0, 1024]", p.n_threads));
   }
-  if (p.kv_type == KvType::q8_0 && p.flash_attn == FlashAttention::disabled) {
-    bad("ExecutorParams.kv_type = q8_0 needs flash attention (flash_attn = disabled)");
+  if (static_cast<int>(p.kv_type) < 0 || static_cast<int>(p.kv_type) > static_cast<int>(KvType::iq4_nl)) {
+    bad(fmt::format("ExecutorParams.kv_type = {} is not a KvType (0..8)", static_cast<int>(p.kv_type)));
+  }
+  if (kv_quantised(p.kv_type)) {
+    if (p.flash_attn == FlashAttention::disabled) {
+      bad(fmt::format("ExecutorParams.kv_type = {} needs flash attention (flash_attn = disabled)",
+                      kv_type_name(p.kv_type)));
+    }
+    const int block = static_cast<int>(ggml_blck_size(to_ggml(p.kv_type)));
+    if (const int width = head_width(model.impl()->model); width % block != 0) {
+      bad(fmt::format("ExecutorParams.kv_type = {} stores heads in blocks of {}; this model's heads are {} wide",
+                      kv_type_name(p.kv_type), block, width));
+    }
   }
   if (p.events && p.events_capacity == 0) bad("ExecutorParams.events_capacity = 0 must be >= 1");
   if (p.prefix_cache_cells && *p.prefix_cache_cells > p.n_ctx) {
@@ -58,15 +70,6 @@ void validate(const Model &model, const ExecutorParams &p) {
     bad(fmt::format("ExecutorParams.image_encoding = {} is not an ImageEncoding (0..1)",
                     static_cast<int>(p.image_encoding)));
   }
-}
-
-ggml_type to_ggml(KvType t) {
-  switch (t) {
-    case KvType::f32: return GGML_TYPE_F32;
-    case KvType::q8_0: return GGML_TYPE_Q8_0;
-    case KvType::f16: break;
-  }
-  return GGML_TYPE_F16;
 }
 
 // Called by ggml after each graph node, on its first thread.

@@ -97,6 +97,22 @@ std::vector<WeightSpec> tensor_list(const ModelShape &s, int64_t n_vocab, float 
 }
 
 
+// MakeModelParams::shape, each size checked, naming the first that is wrong.
+ModelShape checked_shape(const ModelShape &s) {
+  auto bad = [](const std::string &why) { detail::fail(Errc::invalid_argument, "MakeModelParams.shape: " + why); };
+  if (s.n_layer < 1 || s.n_layer > 256) bad(fmt::format("n_layer = {} is outside [1, 256]", s.n_layer));
+  if (s.n_head < 1 || s.n_head > 256) bad(fmt::format("n_head = {} is outside [1, 256]", s.n_head));
+  if (s.n_embd < 2 || s.n_embd > 16384 || s.n_embd % s.n_head != 0 || (s.n_embd / s.n_head) % 2 != 0) {
+    bad(fmt::format("n_embd = {} must be in [2, 16384] and n_head ({}) heads of an even width", s.n_embd, s.n_head));
+  }
+  if (s.n_head_kv < 1 || s.n_head % s.n_head_kv != 0) {
+    bad(fmt::format("n_head_kv = {} must divide n_head = {}", s.n_head_kv, s.n_head));
+  }
+  if (s.n_ff < 1 || s.n_ff > 65536) bad(fmt::format("n_ff = {} is outside [1, 65536]", s.n_ff));
+  if (s.n_ctx_train < 16) bad(fmt::format("n_ctx_train = {} must be >= 16", s.n_ctx_train));
+  return s;
+}
+
 }  // namespace
 
 ModelShape preset_shape(ModelPreset preset) noexcept {
@@ -270,6 +286,7 @@ void make_model(const MakeModelParams &params) {
       detail::fail(Errc::invalid_argument, fmt::format("the npc preset is trained in f32; type {} is not supported",
                                                        weight_type_name(*params.type)));
     }
+    if (params.shape) detail::fail(Errc::invalid_argument, "MakeModelParams.shape: the npc preset's shape is TrainParams'");
     TrainParams t;
     t.seed = params.seed;
     t.corpus.seed = params.seed;
@@ -279,7 +296,7 @@ void make_model(const MakeModelParams &params) {
     train_npc_model(t);
     return;
   }
-  const ModelShape shape = preset_shape(params.preset);
+  const ModelShape shape = params.shape ? checked_shape(*params.shape) : preset_shape(params.preset);
   detail::write_random_model({.shape = shape,
                               .type = params.type.value_or(shape.default_type),
                               .preset = preset_name(params.preset),

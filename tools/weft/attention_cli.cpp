@@ -30,7 +30,7 @@ std::string describe_attention(const weft::ExecutorStats &s) {
   switch (s.flash_attn_source) {
     case weft::AttentionSource::asked: why = "as asked"; break;
     case weft::AttentionSource::gpu: why = "layers on a GPU: llama.cpp decides"; break;
-    case weft::AttentionSource::kv_type: why = "a q8_0 cache needs it: llama.cpp decides"; break;
+    case weft::AttentionSource::kv_type: why = "a quantised cache needs it: llama.cpp decides"; break;
     case weft::AttentionSource::fallback: why = "the probe could not run (see the log)"; break;
     case weft::AttentionSource::environment: why = "WEFT_FLASH_ATTN in the environment"; break;
     case weft::AttentionSource::measured:

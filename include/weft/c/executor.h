@@ -10,7 +10,19 @@
 
 WEFT_BEGIN_DECL
 
-typedef enum weft_kv_type { WEFT_KV_F16 = 0, WEFT_KV_F32 = 1, WEFT_KV_Q8_0 = 2 } weft_kv_type;
+// weft::KvType: the quantised ones (Q8_0 .. IQ4_NL) need flash attention and
+// heads a multiple of 32 wide.
+typedef enum weft_kv_type {
+  WEFT_KV_F16 = 0,
+  WEFT_KV_F32 = 1,
+  WEFT_KV_Q8_0 = 2,
+  WEFT_KV_BF16 = 3,
+  WEFT_KV_Q4_0 = 4,
+  WEFT_KV_Q4_1 = 5,
+  WEFT_KV_Q5_0 = 6,
+  WEFT_KV_Q5_1 = 7,
+  WEFT_KV_IQ4_NL = 8,
+} weft_kv_type;
 typedef enum weft_flash_attn {
   WEFT_FLASH_ATTN_AUTO = 0,
   WEFT_FLASH_ATTN_ENABLED = 1,
@@ -63,7 +75,7 @@ typedef struct weft_executor_params {
   int32_t n_threads;          // decode threads; 0 = all hardware threads. Default 0
   int32_t kv_type;            // a weft_kv_type. Default WEFT_KV_F16
   // A weft_flash_attn. Default WEFT_FLASH_ATTN_AUTO: llama.cpp decides with
-  // GPU layers or a q8_0 KV; on the CPU both kernels are timed at this
+  // GPU layers or a quantised KV; on the CPU both kernels are timed at this
   // executor's shape and the faster is used (weft::ExecutorParams::flash_attn;
   // the timings are kept per model, machine, build and shape: tuning_cache_dir).
   int32_t flash_attn;
