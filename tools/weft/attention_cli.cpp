@@ -16,6 +16,18 @@ void add_flash_attn_option(CLI::App &cmd, weft::FlashAttention &out) {
       ->default_str(flash_attn_name(out));
 }
 
+void add_cache_type_option(CLI::App &cmd, weft::KvType &out) {
+  using weft::KvType;
+  const std::map<std::string, KvType> names{{"f16", KvType::f16},   {"f32", KvType::f32},   {"bf16", KvType::bf16},
+                                            {"q8_0", KvType::q8_0}, {"q5_1", KvType::q5_1}, {"q5_0", KvType::q5_0},
+                                            {"q4_1", KvType::q4_1}, {"q4_0", KvType::q4_0}, {"iq4_nl", KvType::iq4_nl}};
+  cmd.add_option("--cache-type", out,
+                 "KV cache type for keys and values: f16, f32, bf16, or q8_0, q5_1, q5_0, q4_1, q4_0, iq4_nl (these "
+                 "need flash attention and heads a multiple of 32 wide)")
+      ->transform(CLI::CheckedTransformer(names, CLI::ignore_case))
+      ->default_str("f16");
+}
+
 const char *flash_attn_name(weft::FlashAttention f) {
   switch (f) {
     case weft::FlashAttention::enabled: return "on";

@@ -13,6 +13,10 @@ namespace weft_cli {
 // --flash-attn auto|on|off into `out` (default: what `out` holds).
 void add_flash_attn_option(CLI::App &cmd, weft::FlashAttention &out);
 
+// --cache-type f16|f32|bf16|q8_0|q5_1|q5_0|q4_1|q4_0|iq4_nl (llama-server's
+// -ctk/-ctv names, one type for keys and values) into `out`.
+void add_cache_type_option(CLI::App &cmd, weft::KvType &out);
+
 // "on"/"off"/"auto", as llama.cpp's tools spell it.
 const char *flash_attn_name(weft::FlashAttention f);
 

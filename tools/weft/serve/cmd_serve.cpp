@@ -60,6 +60,7 @@ void add_serve(CLI::App &app) {
       ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Decode threads (0: all)")->capture_default_str();
   add_flash_attn_option(*cmd, o->flash_attn);
+  add_cache_type_option(*cmd, o->cache_type);
   cmd->add_option("--spill-ram-mb", o->spill_ram_mb, "RAM for parked conversations' KV data")->capture_default_str();
   cmd->add_option("--spill-dir", o->spill_dir, "Directory for parked KV data once RAM is full (default: none)");
   cmd->add_option("--chat-template", o->chat_template,

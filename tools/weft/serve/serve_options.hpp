@@ -23,6 +23,7 @@ struct ServeOptions {
   std::uint32_t step_ms = 0;      // wall-clock target per step (StepBudget::max_time); 0 = none
   int threads = 0;                // decode threads; 0 = all
   weft::FlashAttention flash_attn = weft::FlashAttention::automatic;  // --flash-attn
+  weft::KvType cache_type = weft::KvType::f16;                        // --cache-type
   std::uint64_t spill_ram_mb = 1024;
   std::string spill_dir;          // empty: no disk tier
   std::string chat_template;      // empty: the model's own, else chatml
