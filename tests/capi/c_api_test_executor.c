@@ -19,6 +19,8 @@ void test_executor_errors(void) {
   CHECK_OK(weft_executor_params_init(&p, sizeof p));
   p.kv_type = 9;
   CHECK_ERR(weft_executor_create(m, &p, &ex), WEFT_ERR_INVALID_ARGUMENT, "kv_type = 9 is not a weft_kv_type");
+  p.kv_type = WEFT_KV_Q4_0; /* tiny's heads are 16 wide: no quantised cache */
+  CHECK_ERR(weft_executor_create(m, &p, &ex), WEFT_ERR_INVALID_ARGUMENT, "kv_type = q4_0 stores heads in blocks of 32");
   p.kv_type = WEFT_KV_F16;
   p.pressure = WEFT_PRESSURE_CALLBACK;
   CHECK_ERR(weft_executor_create(m, &p, &ex), WEFT_ERR_INVALID_ARGUMENT, "on_pressure");
