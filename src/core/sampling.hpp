@@ -125,7 +125,8 @@ class Sampler {
   // sample_chain() would give. -1 (nothing drawn, state unchanged) when the
   // full mask must decide (no grammar, another chain, ties at the edge, or
   // a quarter of the vocabulary (greedy; a sixteenth with a top k) checked
-  // without deciding). For tests and benchmarks; sample() uses it.
+  // without deciding, or, with a top k, for 1, 2, 4 ... 64 draws after
+  // such a miss). For tests and benchmarks; sample() uses it.
   Token sample_masked(std::span<const float> logits, bool ban_eog = false);
 
   // Records a generated token in the penalty history and advances the grammar.
@@ -189,6 +190,8 @@ class Sampler {
   std::size_t journal_keep_ = 0;  // 0 = keep all (a grammar needs the whole history)
   bool fast_greedy_ = false;      // the chain is [penalties, off] -> greedy: sample() is an argmax
   bool fast_top_k_ = false;       // the chain is [penalties, off] -> top_k -> ...: sample() selects the top k
+  std::uint8_t masked_skip_ = 0;     // sample_masked: top-k draws left to the full mask
+  std::uint8_t masked_backoff_ = 1;  // ...after the next miss (doubling to 64)
   Token sample_argmax(std::span<const float> logits) const;
   // After chain_: XTC and the temperature (when split), then weft's draw
   // (or mirostat's), and the checks on it.
