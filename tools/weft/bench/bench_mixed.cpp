@@ -245,7 +245,9 @@ class WeftTarget final : public Target {
       }
       const auto reason = l.gen.reason();
       l.produced += static_cast<std::uint32_t>(l.gen.n_tokens());
-      if (reason != weft::FinishReason::max_tokens) {
+      // Under a JSON schema a complete object ends the reply (no ignore_eos).
+      const bool ended = reason == weft::FinishReason::end_of_generation && !p_.json_schema.empty();
+      if (reason != weft::FinishReason::max_tokens && !ended) {
         const auto res = l.gen.result();
         l.trace->error = fmt::format("generation ended with {}{}", weft::finish_reason_name(reason),
                                      res.error ? ": " + std::string(res.error->what()) : "");
