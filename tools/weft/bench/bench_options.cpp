@@ -19,6 +19,14 @@ void add_model_and_target(CLI::App &cmd, std::string &model, std::string &target
   cmd.add_option("--target", target, "Engines to run")->check(CLI::IsMember({"weft", "server", "both"}))->capture_default_str();
 }
 
+void add_run_options(CLI::App &cmd, double &timeout_s, std::string &json, bool &quiet) {
+  cmd.add_option("--timeout", timeout_s, "Give up on an engine's run after this many seconds")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  cmd.add_option("--json", json, "Also write the results as JSON to this file");
+  cmd.add_flag("-q,--quiet", quiet, "No progress line");
+}
+
 void add_engine_options(CLI::App &cmd, TargetParams &e, const std::string &slots_what) {
   const char *server = default_llama_server();
   cmd.add_option("--server", e.server_binary,

@@ -18,6 +18,10 @@ const char *default_llama_server();
 // server | both: the engines to run) into `model` and `target`.
 void add_model_and_target(CLI::App &cmd, std::string &model, std::string &target);
 
+// --timeout (seconds an engine's run may take), --json (a file for the
+// results) and -q/--quiet (no progress line).
+void add_run_options(CLI::App &cmd, double &timeout_s, std::string &json, bool &quiet);
+
 // --server, --server-log, --slots, --ctx, --batch, --ubatch, --threads,
 // --step-tokens, --step-ms, --ready-timeout into `e`; `slots_what` says what a slot
 // serves in this bench.

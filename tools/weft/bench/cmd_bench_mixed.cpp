@@ -190,9 +190,6 @@ void add_bench_mixed(CLI::App &bench) {
   cmd->add_option("--seed", w.seed, "Seed of arrivals, lengths and tokens")->capture_default_str();
   cmd->add_option("--max-chunk", e.max_chunk, "weft: most prompt tokens per conversation per step (0 = no cap)")
       ->capture_default_str();
-  cmd->add_option("--timeout", o->timeout_s, "Give up on an engine after this many seconds")
-      ->check(CLI::Range(1.0, 86400.0))
-      ->capture_default_str();
   cmd->add_flag("--wire", o->wire,
                 "Over HTTP: weft serve vs llama-server (its defaults, and -b/-ub = --step-tokens), plus weft "
                 "in-process for the HTTP overhead (docs/BENCHMARKS.md, \"Over the wire\")");
@@ -200,8 +197,7 @@ void add_bench_mixed(CLI::App &bench) {
       ->check(CLI::Range(1u, 100u))
       ->capture_default_str();
   cmd->add_option("--weft-binary", e.weft_binary, "--wire: the weft binary to run as `weft serve` (default: this one)");
-  cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
-  cmd->add_flag("-q,--quiet", o->quiet, "No progress line");
+  bench::add_run_options(*cmd, o->timeout_s, o->json, o->quiet);
   cmd->callback([o] { run(*o); });
 }
 

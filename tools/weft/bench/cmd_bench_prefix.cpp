@@ -162,11 +162,7 @@ void add_bench_prefix(CLI::App &bench) {
   cmd->add_option("--output", w.output_min, "Reply length (tokens)")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   cmd->add_option("--seed", w.seed, "Seed of arrivals and tokens")->capture_default_str();
   cmd->add_option("--cache-reuse", e.cache_reuse, "llama-server --cache-reuse (0 = not passed)")->capture_default_str();
-  cmd->add_option("--timeout", o->timeout_s, "Give up on an engine after this many seconds")
-      ->check(CLI::Range(1.0, 86400.0))
-      ->capture_default_str();
-  cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
-  cmd->add_flag("-q,--quiet", o->quiet, "No progress line");
+  bench::add_run_options(*cmd, o->timeout_s, o->json, o->quiet);
   cmd->callback([o] {
     o->work.prompt_max = o->work.prompt_min;
     o->work.output_max = o->work.output_min;

@@ -167,11 +167,7 @@ void add_bench_schema(CLI::App &bench) {
       ->check(CLI::Range(1u, 1u << 16))
       ->capture_default_str();
   cmd->add_option("--reps", o->reps, "Repetitions (medians)")->check(CLI::Range(1u, 100u))->capture_default_str();
-  cmd->add_option("--timeout", o->timeout_s, "Give up on a run after this many seconds")
-      ->check(CLI::Range(1.0, 86400.0))
-      ->capture_default_str();
-  cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
-  cmd->add_flag("-q,--quiet", o->quiet, "No progress line");
+  bench::add_run_options(*cmd, o->timeout_s, o->json, o->quiet);
   cmd->callback([o] {
     o->work.prompt_max = o->work.prompt_min;
     o->work.output_max = o->work.output_min;
