@@ -40,7 +40,8 @@ struct SamplerParams {
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
   // How many recent tokens the penalties look at; 0 = none, -1 = the whole
-  // context. Default 64.
+  // context. Default 64. They are the tokens this sampler sampled (across
+  // generations, for the conversation's own), not the prompt.
   int penalty_last_n = 64;
   // RNG seed for temperature > 0; the same seed gives the same choices.
   // Default 0.
@@ -103,7 +104,8 @@ struct SamplerParams {
   // tokens repeating one already in the last dry_penalty_last_n tokens by
   // more than dry_allowed_length loses dry_multiplier *
   // dry_base^(run - dry_allowed_length) from its logit; 0 = off. Default 0.
-  // Must be >= 0. Greedy too. The prompt counts, as for the penalties.
+  // Must be >= 0. Greedy too. As for the penalties, only what the sampler
+  // sampled counts, not the prompt (llama-server feeds it the prompt too).
   float dry_multiplier = 0.0f;
   // Default 1.75. Must be >= 1.
   float dry_base = 1.75f;
