@@ -53,7 +53,7 @@ Token Sampler::sample_masked(std::span<const float> logits, bool ban_eog) {
   // structure, on random logits, cost 25% more when it went on to a quarter,
   // and 8% more stopping at a sixteenth: hence the backoff above).
   const std::size_t limit = fast_greedy_ ? n / 4 : n / 16;
-  for (std::size_t m = std::max<std::size_t>(16 * k, 256); done < n; m *= 4) {
+  for (std::size_t m = std::max<std::size_t>(16 * k, 256);; m *= 4) {
     if (m > limit) return give_up();
     const auto first = order.begin() + static_cast<std::ptrdiff_t>(done);
     const auto mid = order.begin() + static_cast<std::ptrdiff_t>(m);
@@ -93,7 +93,6 @@ Token Sampler::sample_masked(std::span<const float> logits, bool ban_eog) {
     apply_chain(arr);
     return finish(arr);
   }
-  return give_up();
 }
 
 }  // namespace weft::detail

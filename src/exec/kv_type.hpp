@@ -4,7 +4,6 @@
 #include <ggml.h>
 #include <llama.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 

@@ -13,8 +13,8 @@
 namespace weft::detail {
 namespace {
 
-// Whether `g` has sampled nothing yet (its tokens are appended under the
-// state lock, which the caller holds).
+// Whether `g` has sampled nothing yet, read under its own lock as game
+// threads read it (an uncontended lock per sampled token).
 bool first_token(GenState &g) {
   std::lock_guard lock(g.mu);
   return g.result.tokens.empty();

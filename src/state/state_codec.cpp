@@ -88,19 +88,20 @@ std::uint32_t crc32(std::span<const std::uint8_t> bytes) {
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab) {
   Writer w;
   w.raw(kConvMagic, 8);
-  const bool schema = !r.sampler_params.json_schema.empty() ||
-                      (r.gen && r.gen->sampler && !r.gen->sampler->json_schema.empty());
-  const bool bias = !r.sampler_params.logit_bias.empty() ||
-                    (r.gen && r.gen->sampler && !r.gen->sampler->logit_bias.empty());
-  const bool stages = uses_stages(r.sampler_params) || (r.gen && r.gen->sampler && uses_stages(*r.gen->sampler));
-  const bool bans = !r.sampler_params.banned_strings.empty() ||
-                    (r.gen && r.gen->sampler && !r.gen->sampler->banned_strings.empty());
-  const std::uint32_t version = bans                     ? 12u
-                                : r.gen && r.gen->tools    ? 11u
-                                : stages                   ? 10u
-                                : r.gen && r.gen->logprobs ? 9u
-                                : bias                   ? 8u
-                                : schema ? 7u
+  // Whether the conversation's sampler or the running generation's own has it.
+  const auto either = [&r](auto &&has) {
+    return has(r.sampler_params) || (r.gen && r.gen->sampler && has(*r.gen->sampler));
+  };
+  const bool schema = either([](const SamplerParams &p) { return !p.json_schema.empty(); });
+  const bool bias = either([](const SamplerParams &p) { return !p.logit_bias.empty(); });
+  const bool stages = either([](const SamplerParams &p) { return uses_stages(p); });
+  const bool bans = either([](const SamplerParams &p) { return !p.banned_strings.empty(); });
+  const std::uint32_t version = bans                         ? 12u
+                                : r.gen && r.gen->tools      ? 11u
+                                : stages                     ? 10u
+                                : r.gen && r.gen->logprobs   ? 9u
+                                : bias                       ? 8u
+                                : schema                     ? 7u
                                 : r.gen && r.gen->ignore_eos ? 6u
                                                              : kPlainStateVersion;
   w.put(version);

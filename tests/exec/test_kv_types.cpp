@@ -114,8 +114,25 @@ TEST(KvTypes, RefusalsNameTheType) {
   // A shape a llama model cannot have is refused before anything is written.
   weft::ModelShape s = weft::preset_shape(weft::ModelPreset::tiny);
   s.n_head = 3;
+  const auto out = weft_test::temp_dir("kv-types-refused") / "never-written.gguf";
   EXPECT_TRUE(weft_test::throws_weft(
-      [&] { weft::make_model({.preset = weft::ModelPreset::tiny, .shape = s, .out = "/tmp/weft-never-written.gguf"}); },
+      [&] { weft::make_model({.preset = weft::ModelPreset::tiny, .shape = s, .out = out.string()}); },
       weft::Errc::invalid_argument, "MakeModelParams.shape: n_embd = 64 must be in [2, 16384] and n_head (3)"));
-  EXPECT_FALSE(std::filesystem::exists("/tmp/weft-never-written.gguf"));
+  const auto refused = [&](weft::ModelShape bad, weft::ModelPreset preset, const char *why) {
+    return weft_test::throws_weft([&] { weft::make_model({.preset = preset, .shape = bad, .out = out.string()}); },
+                                  weft::Errc::invalid_argument, why);
+  };
+  const weft::ModelShape tiny = weft::preset_shape(weft::ModelPreset::tiny);
+  s = tiny;
+  s.n_layer = 0;
+  EXPECT_TRUE(refused(s, weft::ModelPreset::tiny, "MakeModelParams.shape: n_layer = 0 is outside [1, 256]"));
+  s = tiny;
+  s.n_head_kv = 3;
+  EXPECT_TRUE(refused(s, weft::ModelPreset::tiny, "MakeModelParams.shape: n_head_kv = 3 must divide n_head = 4"));
+  s = tiny;
+  s.n_ctx_train = 8;
+  EXPECT_TRUE(refused(s, weft::ModelPreset::tiny, "MakeModelParams.shape: n_ctx_train = 8 must be >= 16"));
+  EXPECT_TRUE(refused(tiny, weft::ModelPreset::npc, "the npc preset's shape is TrainParams'"));
+  EXPECT_FALSE(std::filesystem::exists(out));
+  std::filesystem::remove_all(out.parent_path());
 }

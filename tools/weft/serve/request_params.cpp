@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "weft/json_schema.hpp"
@@ -126,11 +127,13 @@ std::vector<weft::LogitBias> logit_bias(const Json &body, std::int32_t n_vocab) 
   return out;
 }
 
-// body[name]: an array of at most `max` strings of 1 to `max_bytes` bytes; empty when absent.
-std::vector<std::string> strings_in(const Json &body, const char *name, std::size_t max, std::size_t max_bytes) {
-  std::vector<std::string> out;
+// body[name]: an array of at most `max` strings of 1 to `max_bytes` bytes;
+// nullopt when absent or null.
+std::optional<std::vector<std::string>> strings_in(const Json &body, const char *name, std::size_t max,
+                                                  std::size_t max_bytes) {
   const Json *b = optional_field(body, name, Json::value_t::array, "an array of strings");
-  if (b == nullptr) return out;
+  if (b == nullptr) return std::nullopt;
+  std::vector<std::string> out;
   if (b->size() > max) {
     throw bad_param(name, fmt::format("'{}' has {} strings; at most {} are allowed", name, b->size(), max));
   }
@@ -158,13 +161,15 @@ void read_llama_sampling(const Json &body, weft::SamplerParams &s) {
   s.dry_base = static_cast<float>(number_in(body, "dry_base", 1, 1e6, d.dry_base));
   s.dry_allowed_length = static_cast<std::int32_t>(integer_in(body, "dry_allowed_length", 1, INT32_MAX, d.dry_allowed_length));
   s.dry_penalty_last_n = static_cast<std::int32_t>(integer_in(body, "dry_penalty_last_n", -1, INT32_MAX, d.dry_penalty_last_n));
-  if (body.contains("dry_sequence_breakers")) {
-    s.dry_sequence_breakers = strings_in(body, "dry_sequence_breakers", weft::SamplerParams::kMaxDryBreakers,
-                                         weft::SamplerParams::kMaxDryBreakerBytes);
+  if (auto b = strings_in(body, "dry_sequence_breakers", weft::SamplerParams::kMaxDryBreakers,
+                          weft::SamplerParams::kMaxDryBreakerBytes)) {
+    s.dry_sequence_breakers = std::move(*b);
   }
   // TabbyAPI's name: text the reply never contains (a weft extension to llama-server's fields).
-  s.banned_strings = strings_in(body, "banned_strings", weft::SamplerParams::kMaxBannedStrings,
-                                weft::SamplerParams::kMaxBannedStringBytes);
+  if (auto b = strings_in(body, "banned_strings", weft::SamplerParams::kMaxBannedStrings,
+                          weft::SamplerParams::kMaxBannedStringBytes)) {
+    s.banned_strings = std::move(*b);
+  }
   s.mirostat = static_cast<std::int32_t>(integer_in(body, "mirostat", 0, 2, d.mirostat));
   if (s.mirostat == 1) throw bad_param("mirostat", "'mirostat' is 1; weft offers 0 (off) and 2 (Mirostat 2.0)");
   s.mirostat_tau = static_cast<float>(number_in(body, "mirostat_tau", 0, 1e6, d.mirostat_tau, true));
