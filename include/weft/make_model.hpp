@@ -1,5 +1,8 @@
-// weft/make_model.hpp — generate llama-architecture GGUF models with seeded
-// random weights and a real tokenizer, for tests, demos and benchmarks.
+// weft/make_model.hpp — generate GGUF models with seeded random weights and a
+// real tokenizer, for tests, demos and benchmarks: llama-architecture by
+// default, or one of the families game developers ship (ModelArch): Gemma-3
+// style sliding-window attention, an LFM2 conv/attention hybrid, a pure
+// recurrent Mamba, a llama mixture of experts.
 //
 // Weights follow a well-conditioned GPT-2 style initialisation (normal, std
 // 0.02; each block's output projections scaled by 1/sqrt(2*n_layer); norms 1)
@@ -28,6 +31,16 @@ enum class ModelPreset {
 
 enum class WeightType { f32, f16, q8_0, q4_0 };
 
+// The model family a random-weight preset is written as (docs/MODELS.md).
+enum class ModelArch {
+  llama,   // dense llama (the default)
+  gemma3,  // Gemma-3 interleaved sliding-window attention: pattern min(n_layer, 6),
+           // every pattern-th layer (the last of each group) full attention
+  lfm2,    // LFM2 hybrid: even layers short convolution (recurrent), odd layers attention
+  mamba,   // Mamba(1), every layer recurrent: inner 2*n_embd, state 16, conv 4, dt rank ceil(n_embd/16)
+  moe,     // llama with 4 experts, 2 used per token (router + 3-D expert tensors)
+};
+
 struct ModelShape {
   int n_layer = 0;
   int n_embd = 0;
@@ -46,6 +59,12 @@ WEFT_API const char *preset_name(ModelPreset preset) noexcept;
 WEFT_API ModelPreset parse_preset(const std::string &name);
 WEFT_API const char *weight_type_name(WeightType type) noexcept;
 WEFT_API WeightType parse_weight_type(const std::string &name);
+// "llama" | "gemma3" | "lfm2" | "mamba" | "moe" and back; parse throws
+// Errc::invalid_argument naming the value and the accepted names.
+WEFT_API const char *model_arch_name(ModelArch arch) noexcept;
+WEFT_API ModelArch parse_model_arch(const std::string &name);
+// The sliding window gemma3 gets when MakeModelParams::sliding_window is unset.
+inline constexpr int kDefaultSlidingWindow = 16;
 
 struct MakeModelParams {
   ModelPreset preset = ModelPreset::tiny;  // default tiny
@@ -58,8 +77,16 @@ struct MakeModelParams {
   // Errc::invalid_argument for the npc preset and for sizes a llama model
   // cannot have: n_layer 1..256; n_head 1..256 dividing n_embd, with even
   // head width (RoPE); n_head_kv dividing n_head; n_ff >= 1; n_ctx_train >=
-  // 16; n_embd and n_ff multiples of a quantised type's block (32).
+  // 16; n_embd and n_ff multiples of a quantised type's block (32); for
+  // gemma3 and lfm2 n_layer >= 2 (both kinds of layer).
   std::optional<ModelShape> shape;
+  // Model family of a random-weight preset (or `shape`). Default llama. The
+  // npc preset is llama only (anything else: Errc::invalid_argument).
+  ModelArch arch = ModelArch::llama;
+  // gemma3's sliding window in tokens; default kDefaultSlidingWindow (16), so
+  // that test prompts longer than it exercise it. Refused with
+  // Errc::invalid_argument for other arches and outside [1, n_ctx_train).
+  std::optional<int> sliding_window;
   // Output path. Required. Written atomically (temp file, then rename).
   std::string out;
   // GGUF holding the tokenizer to copy; default: llama.cpp's

@@ -1,4 +1,5 @@
-// weft::make_model: llama-architecture GGUF files with seeded random weights.
+// weft::make_model: GGUF files with seeded random weights (llama and the
+// families of weft::ModelArch, model_arch.cpp).
 //
 // The header (metadata + tensor infos) is built with gguf.h; tensor data is
 // then generated, converted and streamed one tensor at a time, so even the 1b
@@ -21,6 +22,7 @@
 #include "core/file_io.hpp"
 #include "core/internal.hpp"
 #include "modelgen/gguf_keys.hpp"
+#include "modelgen/model_arch.hpp"
 #include "modelgen/model_writer.hpp"
 #include "modelgen/npc_vocab.hpp"
 #include "modelgen/splitmix.hpp"
@@ -32,8 +34,6 @@ namespace {
 
 using detail::GgmlPtr;
 using detail::GgufPtr;
-
-using detail::fill_normal;
 
 ggml_type to_ggml(WeightType t) {
   switch (t) {
@@ -63,42 +63,8 @@ void copy_tokenizer(gguf_context *dst, const gguf_context *src) {
   }
 }
 
-struct WeightSpec {
-  std::string name;
-  int64_t ne0, ne1;  // ne1 == 1 for vectors
-  bool matrix;       // stored in the weight type; vectors stay f32
-  float std;         // 0 = constant 1 (norm weights)
-};
-
-std::vector<WeightSpec> tensor_list(const ModelShape &s, int64_t n_vocab, float std_embd, float std_kv) {
-  const int64_t head = s.n_embd / s.n_head;
-  const int64_t q = head * s.n_head, kv = head * s.n_head_kv;
-  const float std = 0.02f;
-  if (std_embd <= 0) std_embd = std;
-  if (std_kv <= 0) std_kv = std;
-  const float proj = std / std::sqrt(2.0f * static_cast<float>(s.n_layer));
-  std::vector<WeightSpec> t;
-  t.push_back({"token_embd.weight", s.n_embd, n_vocab, true, std_embd});
-  for (int l = 0; l < s.n_layer; ++l) {
-    const std::string b = fmt::format("blk.{}.", l);
-    t.push_back({b + "attn_norm.weight", s.n_embd, 1, false, 0});
-    t.push_back({b + "attn_q.weight", s.n_embd, q, true, std});
-    t.push_back({b + "attn_k.weight", s.n_embd, kv, true, std_kv});
-    t.push_back({b + "attn_v.weight", s.n_embd, kv, true, std_kv});
-    t.push_back({b + "attn_output.weight", q, s.n_embd, true, proj});
-    t.push_back({b + "ffn_norm.weight", s.n_embd, 1, false, 0});
-    t.push_back({b + "ffn_gate.weight", s.n_embd, s.n_ff, true, std});
-    t.push_back({b + "ffn_up.weight", s.n_embd, s.n_ff, true, std});
-    t.push_back({b + "ffn_down.weight", s.n_ff, s.n_embd, true, proj});
-  }
-  t.push_back({"output_norm.weight", s.n_embd, 1, false, 0});
-  if (!s.tied_output) t.push_back({"output.weight", s.n_embd, n_vocab, true, std});
-  return t;
-}
-
-
 // MakeModelParams::shape, each size checked, naming the first that is wrong.
-ModelShape checked_shape(const ModelShape &s) {
+ModelShape checked_shape(const ModelShape &s, ModelArch arch) {
   auto bad = [](const std::string &why) { detail::fail(Errc::invalid_argument, "MakeModelParams.shape: " + why); };
   if (s.n_layer < 1 || s.n_layer > 256) bad(fmt::format("n_layer = {} is outside [1, 256]", s.n_layer));
   if (s.n_head < 1 || s.n_head > 256) bad(fmt::format("n_head = {} is outside [1, 256]", s.n_head));
@@ -110,7 +76,30 @@ ModelShape checked_shape(const ModelShape &s) {
   }
   if (s.n_ff < 1 || s.n_ff > 65536) bad(fmt::format("n_ff = {} is outside [1, 65536]", s.n_ff));
   if (s.n_ctx_train < 16) bad(fmt::format("n_ctx_train = {} must be >= 16", s.n_ctx_train));
+  if ((arch == ModelArch::gemma3 || arch == ModelArch::lfm2) && s.n_layer < 2) {
+    bad(fmt::format("n_layer = {}: {} needs at least 2 layers ({})", s.n_layer, model_arch_name(arch),
+                    arch == ModelArch::gemma3 ? "sliding-window and full attention" : "convolution and attention"));
+  }
   return s;
+}
+
+// MakeModelParams::sliding_window for `arch`: gemma3's window (default
+// kDefaultSlidingWindow), 0 for the others, which refuse one.
+int checked_window(const MakeModelParams &p, const ModelShape &s) {
+  if (p.arch != ModelArch::gemma3) {
+    if (p.sliding_window) {
+      detail::fail(Errc::invalid_argument,
+                   fmt::format("MakeModelParams.sliding_window = {}: only the gemma3 arch has a sliding window, not {}",
+                               *p.sliding_window, model_arch_name(p.arch)));
+    }
+    return 0;
+  }
+  const int w = p.sliding_window.value_or(kDefaultSlidingWindow);
+  if (w < 1 || w >= s.n_ctx_train) {
+    detail::fail(Errc::invalid_argument,
+                 fmt::format("MakeModelParams.sliding_window = {} is outside [1, n_ctx_train = {})", w, s.n_ctx_train));
+  }
+  return w;
 }
 
 }  // namespace
@@ -153,6 +142,25 @@ const char *weight_type_name(WeightType type) noexcept {
     case WeightType::q4_0: return "q4_0";
   }
   return "?";
+}
+
+const char *model_arch_name(ModelArch arch) noexcept {
+  switch (arch) {
+    case ModelArch::llama: return "llama";
+    case ModelArch::gemma3: return "gemma3";
+    case ModelArch::lfm2: return "lfm2";
+    case ModelArch::mamba: return "mamba";
+    case ModelArch::moe: return "moe";
+  }
+  return "?";
+}
+
+ModelArch parse_model_arch(const std::string &name) {
+  for (auto a : {ModelArch::llama, ModelArch::gemma3, ModelArch::lfm2, ModelArch::mamba, ModelArch::moe}) {
+    if (name == model_arch_name(a)) return a;
+  }
+  detail::fail(Errc::invalid_argument,
+               fmt::format("unknown model architecture '{}' (expected llama, gemma3, lfm2, mamba or moe)", name));
 }
 
 WeightType parse_weight_type(const std::string &name) {
@@ -211,35 +219,33 @@ void detail::write_random_model(const RandomModelSpec &spec) {
 
   GgufPtr out(gguf_init_empty());
   gguf_context *g = out.get();
-  gguf_set_val_str(g, "general.architecture", "llama");
-  gguf_set_val_str(g, "general.name", fmt::format("weft-{}-seed{}", spec.preset, spec.seed).c_str());
+  const ModelArch arch = spec.arch;
+  gguf_set_val_str(g, "general.architecture", detail::gguf_arch(arch));
+  // llama files keep their name (and bytes): weft-<preset>-seed<N>.
+  const std::string name = arch == ModelArch::llama
+                               ? fmt::format("weft-{}-seed{}", spec.preset, spec.seed)
+                               : fmt::format("weft-{}-{}-seed{}", spec.preset, model_arch_name(arch), spec.seed);
+  gguf_set_val_str(g, "general.name", name.c_str());
   gguf_set_val_u32(g, "general.file_type", static_cast<uint32_t>(to_ftype(wtype)));
   gguf_set_val_u32(g, "general.quantization_version", GGML_QNT_VERSION);
-  gguf_set_val_u32(g, "llama.context_length", static_cast<uint32_t>(shape.n_ctx_train));
-  gguf_set_val_u32(g, "llama.embedding_length", static_cast<uint32_t>(shape.n_embd));
-  gguf_set_val_u32(g, "llama.block_count", static_cast<uint32_t>(shape.n_layer));
-  gguf_set_val_u32(g, "llama.feed_forward_length", static_cast<uint32_t>(shape.n_ff));
-  gguf_set_val_u32(g, "llama.attention.head_count", static_cast<uint32_t>(shape.n_head));
-  gguf_set_val_u32(g, "llama.attention.head_count_kv", static_cast<uint32_t>(shape.n_head_kv));
-  gguf_set_val_u32(g, "llama.rope.dimension_count", static_cast<uint32_t>(shape.n_embd / shape.n_head));
-  gguf_set_val_f32(g, "llama.rope.freq_base", 10000.0f);
-  gguf_set_val_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  gguf_set_val_u32(g, "llama.vocab_size", static_cast<uint32_t>(n_vocab));
+  detail::set_arch_keys(g, arch, shape, n_vocab, spec.sliding_window);
   gguf_set_val_str(g, "weft.preset", spec.preset.c_str());
   gguf_set_val_u64(g, "weft.seed", spec.seed);
+  if (arch != ModelArch::llama) gguf_set_val_str(g, "weft.arch", model_arch_name(arch));
   if (vocab) {
     copy_tokenizer(g, vocab.get());
   } else {
     detail::set_fitted_tokenizer(g, detail::npc_fitted_vocab());
   }
-  const auto specs = tensor_list(shape, n_vocab, spec.std_embd, spec.std_kv);
+  const auto specs = detail::arch_tensor_list(arch, shape, n_vocab, spec.std_embd, spec.std_kv);
   ggml_init_params ip{ggml_tensor_overhead() * (specs.size() + 8), nullptr, /*no_alloc=*/true};
   GgmlPtr meta(ggml_init(ip));
   std::vector<ggml_tensor *> tensors;
   std::size_t total_bytes = 0;
   for (const auto &s : specs) {
-    ggml_tensor *t = s.ne1 == 1 && !s.matrix ? ggml_new_tensor_1d(meta.get(), GGML_TYPE_F32, s.ne0)
-                                             : ggml_new_tensor_2d(meta.get(), mat_type, s.ne0, s.ne1);
+    const int64_t ne[3] = {s.ne0, s.ne1, s.ne2};
+    const int n_dims = s.ne2 > 1 ? 3 : s.ne1 > 1 ? 2 : 1;
+    ggml_tensor *t = ggml_new_tensor(meta.get(), s.matrix ? mat_type : GGML_TYPE_F32, n_dims, ne);
     ggml_set_name(t, s.name.c_str());
     gguf_add_tensor(g, t);
     tensors.push_back(t);
@@ -255,12 +261,7 @@ void detail::write_random_model(const RandomModelSpec &spec) {
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const auto &s = specs[i];
     ggml_tensor *t = tensors[i];
-    f32.resize(static_cast<std::size_t>(s.ne0 * s.ne1));
-    if (s.std == 0) {
-      std::fill(f32.begin(), f32.end(), 1.0f);
-    } else {
-      fill_normal(f32, spec.seed, s.name.c_str(), s.std);
-    }
+    detail::fill_weight(s, spec.seed, f32);
 
     const std::size_t nbytes = ggml_nbytes(t);
     const char *data = reinterpret_cast<const char *>(f32.data());
@@ -270,7 +271,8 @@ void detail::write_random_model(const RandomModelSpec &spec) {
       data = conv.data();
     } else if (t->type != GGML_TYPE_F32) {
       conv.resize(nbytes);
-      ggml_quantize_chunk(t->type, f32.data(), conv.data(), 0, s.ne1, s.ne0, nullptr);
+      // Per row: a 3-D expert tensor is ne1 * ne2 rows.
+      ggml_quantize_chunk(t->type, f32.data(), conv.data(), 0, s.ne1 * s.ne2, s.ne0, nullptr);
       data = conv.data();
     }
     detail::write_gguf_tensor(file, g, data, nbytes);
@@ -282,6 +284,16 @@ void detail::write_random_model(const RandomModelSpec &spec) {
 
 void make_model(const MakeModelParams &params) {
   if (params.preset == ModelPreset::npc) {
+    if (params.arch != ModelArch::llama) {
+      detail::fail(Errc::invalid_argument, fmt::format("MakeModelParams.arch = {}: the npc preset is trained as llama "
+                                                       "only",
+                                                       model_arch_name(params.arch)));
+    }
+    if (params.sliding_window) {
+      detail::fail(Errc::invalid_argument,
+                   fmt::format("MakeModelParams.sliding_window = {}: the npc preset has no sliding window",
+                               *params.sliding_window));
+    }
     if (params.type && *params.type != WeightType::f32) {
       detail::fail(Errc::invalid_argument, fmt::format("the npc preset is trained in f32; type {} is not supported",
                                                        weight_type_name(*params.type)));
@@ -296,14 +308,17 @@ void make_model(const MakeModelParams &params) {
     train_npc_model(t);
     return;
   }
-  const ModelShape shape = params.shape ? checked_shape(*params.shape) : preset_shape(params.preset);
+  const ModelShape shape = checked_shape(params.shape.value_or(preset_shape(params.preset)), params.arch);
+  const int window = checked_window(params, shape);
   detail::write_random_model({.shape = shape,
                               .type = params.type.value_or(shape.default_type),
                               .preset = preset_name(params.preset),
                               .seed = params.seed,
                               .out = params.out,
                               .vocab = params.vocab,
-                              .on_progress = params.on_progress});
+                              .on_progress = params.on_progress,
+                              .arch = params.arch,
+                              .sliding_window = window});
 }
 
 }  // namespace weft

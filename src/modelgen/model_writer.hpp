@@ -1,4 +1,4 @@
-// Writes a llama-architecture GGUF with seeded random weights. Internal:
+// Writes a GGUF with seeded random weights (llama or a weft::ModelArch family). Internal:
 // make_model() uses it for the random presets, train_npc_model() for the
 // initial weights it then trains.
 #pragma once
@@ -39,6 +39,8 @@ struct RandomModelSpec {
   // Std of token_embd and of attn_k/attn_v; 0 = the preset default 0.02.
   float std_embd = 0;
   float std_kv = 0;
+  ModelArch arch = ModelArch::llama;
+  int sliding_window = 0;  // gemma3's (> 0); ignored by the other arches
 };
 
 void write_random_model(const RandomModelSpec &spec);

@@ -1,4 +1,5 @@
-// weft make-model: write a generated GGUF (random presets) or a trained one (npc).
+// weft make-model: write a generated GGUF (random presets, any weft::ModelArch)
+// or a trained one (npc).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -6,6 +7,8 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include <unistd.h>
 
@@ -53,18 +56,25 @@ void copy_atomic(const std::string &from, const std::string &out) {
 void add_make_model(CLI::App &app) {
   using namespace make_model_cmd;
   struct Opts {
-    std::string preset = "tiny", type, out, vocab;
+    std::string preset = "tiny", arch = "llama", type, out, vocab;
+    std::optional<int> sliding_window;
     std::uint64_t seed = 0;
     bool quiet = false, no_cache = false;
     weft::TrainParams train;
   };
   auto o = std::make_shared<Opts>();
   auto *cmd = app.add_subcommand("make-model",
-                                 "Write a llama-architecture GGUF: seeded random weights (tiny, small, 1b) or trained "
-                                 "on generated NPC dialogue (npc)");
+                                 "Write a GGUF: seeded random weights (tiny, small, 1b; llama, gemma3, lfm2, mamba or "
+                                 "moe) or a llama trained on generated NPC dialogue (npc)");
   cmd->add_option("--preset", o->preset, "tiny | small | 1b | npc")
       ->check(CLI::IsMember({"tiny", "small", "1b", "npc"}))
       ->capture_default_str();
+  cmd->add_option("--arch", o->arch,
+                  "Model family: llama | gemma3 (sliding-window attention) | lfm2 (conv/attention hybrid) | mamba "
+                  "(recurrent) | moe (4 experts, 2 used); npc: llama only")
+      ->capture_default_str();
+  cmd->add_option("--sliding-window", o->sliding_window,
+                  fmt::format("gemma3's sliding window in tokens (default {})", weft::kDefaultSlidingWindow));
   cmd->add_option("--seed", o->seed, "Weight seed (same seed, same bytes); for npc also the corpus seed")
       ->capture_default_str();
   cmd->add_option("--type", o->type, "Matrix type: f32 | f16 | q8_0 | q4_0 (default: the preset's; npc: f32 only)")
@@ -90,7 +100,16 @@ void add_make_model(CLI::App &app) {
   cmd->callback([o] {
     const auto t0 = std::chrono::steady_clock::now();
     auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    const weft::ModelArch arch = weft::parse_model_arch(o->arch);
     if (o->preset == "npc") {
+      if (arch != weft::ModelArch::llama) {
+        throw weft::Error(weft::Errc::invalid_argument,
+                          fmt::format("--arch {}: the npc preset is trained as llama only", o->arch));
+      }
+      if (o->sliding_window) {
+        throw weft::Error(weft::Errc::invalid_argument,
+                          fmt::format("--sliding-window {}: the npc preset has no sliding window", *o->sliding_window));
+      }
       if (!o->type.empty() && o->type != "f32") {
         throw weft::Error(weft::Errc::invalid_argument,
                           fmt::format("--type {}: the npc preset is trained and written in f32", o->type));
@@ -118,6 +137,8 @@ void add_make_model(CLI::App &app) {
     weft::MakeModelParams p;
     p.preset = weft::parse_preset(o->preset);
     p.seed = o->seed;
+    p.arch = arch;
+    p.sliding_window = o->sliding_window;
     if (!o->type.empty()) p.type = weft::parse_weight_type(o->type);
     p.out = o->out;
     p.vocab = o->vocab;
@@ -127,9 +148,13 @@ void add_make_model(CLI::App &app) {
     bar.finish();
     if (!o->quiet) {
       const auto shape = weft::preset_shape(p.preset);
-      fmt::print("wrote {} ({} preset, {} layers x {} wide, {}, seed {}) in {:.1f} s\n", p.out, o->preset,
-                 shape.n_layer, shape.n_embd, weft::weight_type_name(p.type.value_or(shape.default_type)), p.seed,
-                 seconds());
+      const std::string window = arch == weft::ModelArch::gemma3
+                                     ? fmt::format(", sliding window {}",
+                                                   p.sliding_window.value_or(weft::kDefaultSlidingWindow))
+                                     : std::string();
+      fmt::print("wrote {} ({} preset, {} arch{}, {} layers x {} wide, {}, seed {}) in {:.1f} s\n", p.out, o->preset,
+                 weft::model_arch_name(arch), window, shape.n_layer, shape.n_embd,
+                 weft::weight_type_name(p.type.value_or(shape.default_type)), p.seed, seconds());
     }
   });
 }
