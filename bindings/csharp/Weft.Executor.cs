@@ -142,6 +142,10 @@ namespace Weft
         public AttentionSource FlashAttentionSource;
         public double FlashAttentionProbeMs, PlainAttentionProbeMs;
         public int AttentionProbeSeqs, AttentionProbeDepth;
+        // Conversations decoded again from their start because the model's
+        // memory could not be cut where asked (ModelInfo.Memory), and the
+        // positions that took.
+        public long Redecodes, RedecodeTokens;
     }
 
     public sealed class WorkerParams
@@ -355,6 +359,7 @@ namespace Weft
                     FlashAttention = (FlashAttention)s.flash_attn, FlashAttentionSource = (AttentionSource)s.flash_attn_source,
                     FlashAttentionProbeMs = s.flash_attn_probe_ms, PlainAttentionProbeMs = s.plain_attn_probe_ms,
                     AttentionProbeSeqs = (int)s.attn_probe_seqs, AttentionProbeDepth = (int)s.attn_probe_depth,
+                    Redecodes = (long)s.redecodes, RedecodeTokens = (long)s.redecode_tokens,
                 };
             }
         }

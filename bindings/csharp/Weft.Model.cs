@@ -38,11 +38,17 @@ namespace Weft
         }
     }
 
+    // How a model's memory keeps a conversation: what a rewind or a fork of
+    // a prefix costs (weft_model_memory; docs/EXECUTOR.md, "Model families").
+    public enum ModelMemory { Plain = 0, SlidingWindow = 1, Recurrent = 2, Hybrid = 3 }
+
     public struct ModelInfo
     {
         public long ParameterCount, SizeBytes;
         public ulong Fingerprint;
         public int VocabSize, TrainContext, EmbeddingSize, LayerCount, Bos, Eos;
+        public ModelMemory Memory;
+        public int SlidingWindow;  // tokens; 0 but for a sliding-window model
     }
 
     // A loaded GGUF model: immutable, shared by executors and threads.
@@ -103,6 +109,7 @@ namespace Weft
                     ParameterCount = (long)n.n_params, SizeBytes = (long)n.size_bytes, Fingerprint = n.fingerprint,
                     VocabSize = n.n_vocab, TrainContext = n.n_ctx_train, EmbeddingSize = n.n_embd,
                     LayerCount = n.n_layer, Bos = n.bos, Eos = n.eos,
+                    Memory = (ModelMemory)n.memory, SlidingWindow = n.sliding_window,
                 };
             }
         }

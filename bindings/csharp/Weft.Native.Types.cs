@@ -131,6 +131,7 @@ namespace Weft
         public UIntPtr struct_size;
         public ulong n_params, size_bytes, fingerprint;
         public int n_vocab, n_ctx_train, n_embd, n_layer, bos, eos;
+        public int memory, sliding_window;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -190,6 +191,7 @@ namespace Weft
         public double flash_attn_probe_ms, plain_attn_probe_ms;
         public int flash_attn, flash_attn_source;
         public uint attn_probe_seqs, attn_probe_depth;
+        public ulong redecodes, redecode_tokens;
     }
 
     [StructLayout(LayoutKind.Sequential)]

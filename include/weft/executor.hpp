@@ -301,6 +301,12 @@ struct ExecutorStats {
   std::uint64_t parks = 0;       // conversations parked so far
   std::uint64_t restores = 0;    // restored from RAM or disk
   std::uint64_t recomputes = 0;  // re-decoded from tokens instead
+  // Conversations decoded again from their start because the model's memory
+  // could not be cut or shared where an operation asked (a recurrent or
+  // hybrid model's state; a sliding window whose cells llama.cpp reused:
+  // docs/MODELS.md), and the positions that took.
+  std::uint64_t redecodes = 0;
+  std::uint64_t redecode_tokens = 0;
   double park_ms = 0;            // total time spent parking
   double restore_ms = 0;         // total time spent restoring
   std::uint64_t events_dropped = 0;

@@ -118,6 +118,17 @@ class WEFT_API Model {
   std::int32_t n_layer() const noexcept;
   std::uint64_t n_params() const noexcept;
   std::uint64_t size_bytes() const noexcept;
+  // How the model's memory keeps a conversation, which decides what a cut
+  // (rewind, fork of a prefix, prefix reuse) costs: plain attention cuts
+  // anywhere exactly; a sliding window (Gemma 3) exactly while llama.cpp has
+  // not reused the window's older cells, else the conversation is decoded
+  // again; a recurrent or hybrid model (Mamba, LFM2) keeps one state per
+  // conversation, so a cut inside it is decoded again from the start
+  // (ExecutorStats::redecodes). docs/MODELS.md has the table.
+  enum class Memory { plain, sliding_window, recurrent, hybrid };
+  Memory memory() const noexcept;
+  // The attention window of a sliding-window model in tokens; 0 otherwise.
+  std::int32_t sliding_window() const noexcept;
   Token bos() const noexcept;  // -1 when the vocabulary has none
   Token eos() const noexcept;  // -1 when the vocabulary has none
   // True for end-of-generation tokens (EOS, EOT, ...).

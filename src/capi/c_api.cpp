@@ -415,7 +415,9 @@ weft_status weft_model_get_info(const weft_model *model, weft_model_info *out) {
     info.n_layer = m->n_layer();
     info.bos = m->bos();
     info.eos = m->eos();
-    write_struct(out, "weft_model_info", info, {sizeof(weft_model_info)});
+    info.memory = static_cast<int32_t>(m->memory());
+    info.sliding_window = m->sliding_window();
+    write_struct(out, "weft_model_info", info, {sizeof(weft_model_info), offsetof(weft_model_info, memory)});
   });
 }
 

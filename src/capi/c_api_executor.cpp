@@ -275,8 +275,11 @@ weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor
     c.flash_attn_source = static_cast<int32_t>(s.flash_attn_source);
     c.attn_probe_seqs = s.attn_probe_seqs;
     c.attn_probe_depth = s.attn_probe_depth;
+    c.redecodes = s.redecodes;
+    c.redecode_tokens = s.redecode_tokens;
     write_struct(out, "weft_executor_stats", c,
-                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, flash_attn_probe_ms),
+                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, redecodes),
+                  offsetof(weft_executor_stats, flash_attn_probe_ms),
                   offsetof(weft_executor_stats, images_pending),
                   offsetof(weft_executor_stats, images_encoded),
                   offsetof(weft_executor_stats, adapter_switches),

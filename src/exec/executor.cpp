@@ -139,6 +139,10 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   cp.n_threads = threads;
   cp.n_threads_batch = threads;
   cp.kv_unified = true;  // forks share cells; per-slot caches split the context
+  // A sliding window's layers keep every cell until the cache needs it, as
+  // other layers do: rewinds and forks stay exact, and the ledger counts
+  // for both (KvFamily says what happens when llama.cpp reuses them).
+  cp.swa_full = true;
   cp.type_k = to_ggml(params.kv_type);
   cp.type_v = to_ggml(params.kv_type);
   attention = choose_attention(model, params, threads);
@@ -196,6 +200,7 @@ llama_context *ExecutorCore::media_context() {
   cp.n_ubatch = params.n_batch;  // an image is decoded in one micro-batch
   cp.n_seq_max = MediaState::kSideSeqs;
   cp.kv_unified = true;  // the conversations of a batch share its cells
+  cp.swa_full = true;    // as the main context: its data loads there
   cp.n_threads = llama_n_threads(ctx);
   cp.n_threads_batch = llama_n_threads_batch(ctx);
   cp.type_k = to_ggml(params.kv_type);
@@ -388,6 +393,8 @@ ExecutorStats Executor::stats() const {
   s.parks = kv.counters().parks;
   s.restores = kv.counters().restores;
   s.recomputes = kv.counters().recomputes;
+  s.redecodes = kv.counters().redecodes;
+  s.redecode_tokens = kv.counters().redecode_tokens;
   s.park_ms = kv.counters().park_s * 1e3;
   s.restore_ms = kv.counters().restore_s * 1e3;
   s.step_ms_p50 = detail::percentile(c.stats.step_ms, 0.5);

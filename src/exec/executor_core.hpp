@@ -206,6 +206,9 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   void truncate_locked(Conv &c, std::uint32_t pos);  // history[pos..) goes
   void ensure_logits_locked(Conv &c);                // re-decode the last token for its logits
   void requeue_locked(Conv &c, std::uint32_t pos);   // history[pos..) goes back to the queue
+  // After a failed decode: c's cache back to its history (KvManager::roll_back);
+  // where that cannot be done exactly, the next reconcile queues it again.
+  void roll_back_locked(Conv &c);
   // The same at a boundary (reconcile, restore): no planned decode to stale,
   // and c is being reconciled already. Returns whether anything moved.
   bool move_to_queue(Conv &c, std::uint32_t pos);

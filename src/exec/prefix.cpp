@@ -12,6 +12,11 @@ using detail::fail;
 
 void Executor::pin_prefix(std::span<const Token> tokens) {
   auto &x = detail::live_core(core_);
+  if (!x.kv->family().cuts()) {
+    fail(Errc::invalid_argument, fmt::format("pin_prefix: the model's memory is {}, which keeps no prefix to share "
+                                             "(fork a conversation that holds it instead)",
+                                             x.kv->family().name()));
+  }
   if (!x.kv->reuse_on()) {
     fail(Errc::invalid_argument, "pin_prefix: prefix reuse is off (ExecutorParams.prefix_cache_cells = 0)");
   }

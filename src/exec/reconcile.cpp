@@ -41,6 +41,10 @@ void ExecutorCore::requeue_locked(Conv &c, std::uint32_t pos) {
   if (move_to_queue(c, pos)) bump(c);
 }
 
+void ExecutorCore::roll_back_locked(Conv &c) {
+  if (!kv->roll_back(c.kv)) convs.mark_dirty(c);  // its cells went: reconcile_one queues its history
+}
+
 bool ExecutorCore::move_to_queue(Conv &c, std::uint32_t pos) {
   if (pos >= c.history.size()) return false;
   c.queue.push_front(std::span(c.history).subspan(pos));
@@ -160,7 +164,7 @@ void ExecutorCore::fork_kv(Conv &child, std::uint64_t source) {
       kv->acquire_slot(child.kv);
     }
     if (n > 0 && child.kv.has_slot()) {
-      kv->share_prefix(src->kv, child.kv, n);
+      n = kv->share_prefix(src->kv, child.kv, n);  // 0 where the model's memory cannot share a prefix
     } else if (n > 0) {
       move_to_queue(child, n);
       if (!kv->park_copy(src->kv, child.kv, child.id)) kv->to_recompute(child.kv, !child.history.empty());

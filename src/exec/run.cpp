@@ -164,7 +164,9 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     // The first micro-batch of a step always completes, so every step makes
     // progress even when one micro-batch alone overruns the deadline; later
     // ones are aborted in flight once it passes.
-    const bool arm = has_deadline && result.tokens_decoded > media_decoded;
+    // Never for a recurrent model: an abort would leave states llama.cpp
+    // moved on, each conversation then decoded again from its start.
+    const bool arm = has_deadline && result.tokens_decoded > media_decoded && kv->family().cuts();
     gate.abort_deadline_ns.store(arm ? to_ns(*budget.deadline) : 0, std::memory_order_relaxed);
     lock.unlock();
     const auto d0 = Clock::now();
@@ -195,7 +197,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     if (const std::string lost = model.impl()->failure(); !lost.empty()) {
       // An RPC peer failed during this decode: its logits are the relay's
       // zeros, never committed.
-      for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[scratch.run.parts[i].seg].conv->kv);
+      for (std::size_t i = lo; i < hi; ++i) roll_back_locked(*segments[scratch.run.parts[i].seg].conv);
       ++stats.decode_failures;
       fail_parts_locked(segments, lo, hi, lost, result);
       continue;
@@ -233,7 +235,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
     // llama.cpp keeps the micro-batches it finished before a failure or an
     // abort: bring every sequence back to its last committed position, so
     // the cache and the ledger agree and the tokens can simply be retried.
-    for (std::size_t i = lo; i < hi; ++i) kv->roll_back(segments[scratch.run.parts[i].seg].conv->kv);
+    for (std::size_t i = lo; i < hi; ++i) roll_back_locked(*segments[scratch.run.parts[i].seg].conv);
     if (rc == 2 && gate.aborted.load()) {
       // Our deadline, not a fault. It took at least this long: if that is
       // more than predicted, the cost model learns it (else a chunk that

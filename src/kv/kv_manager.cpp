@@ -25,13 +25,15 @@ Residency residency_of(const ParkedKv &blob) { return blob.tier() == Tier::ram ?
 KvManager::KvManager(llama_context *ctx, std::uint32_t n_seq_max, const SpillConfig &spill, bool recompute,
                      std::uint32_t prefix_cache_cells, int scratch_seq)
     : ctx_(ctx),
+      family_(llama_get_model(ctx)),
       can_shift_(llama_memory_can_shift(llama_get_memory(ctx))),
       recompute_(recompute),
       ledger_(llama_n_ctx(ctx)),
       store_(spill),
       holders_(n_seq_max, nullptr),
       index_from_(n_seq_max, kIndexed),
-      cache_budget_(prefix_cache_cells),
+      // A recurrent state is of one position: no prefix of it to keep.
+      cache_budget_(family_.cuts() ? prefix_cache_cells : 0),
       scratch_seq_(scratch_seq) {
   for (int s = static_cast<int>(n_seq_max); s-- > 0;) free_seqs_.push_back(s);
 }
@@ -44,7 +46,7 @@ bool KvManager::spill_on() const noexcept {
 
 void KvManager::seq_rm(int seq, std::int32_t p0, std::int32_t p1) {
   // Fails only for a partial range of a recurrent model's sequence, which
-  // weft never creates: a failure means the ledger is wrong.
+  // weft never asks for (KvFamily): a failure means the ledger is wrong.
   if (!llama_memory_seq_rm(llama_get_memory(ctx_), seq, p0, p1)) {
     fail(Errc::backend, fmt::format("llama.cpp refused to remove positions [{}, {}) of sequence {}", p0, p1, seq));
   }
@@ -149,6 +151,10 @@ void KvManager::commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t grid_n_
 void KvManager::truncate(KvHandle &h, std::uint32_t pos) {
   if (h.seq < 0 || pos >= h.n()) return;
   pos = jump_floor(h.jumps, pos);
+  if (pos > 0 && !family_.cuts()) {
+    redecode(h);
+    return;
+  }
   keep_tail(h, pos);
   seq_rm(h.seq, h.pos(pos), -1);
   ledger_.release(std::span(h.cells).subspan(pos), h.live);
@@ -159,11 +165,40 @@ void KvManager::truncate(KvHandle &h, std::uint32_t pos) {
     h.exact = pos;
     reindex(h, pos);
   }
+  if (!intact(h)) redecode(h);
 }
 
-void KvManager::roll_back(const KvHandle &h) {
-  if (h.seq < 0) return;
-  if (llama_memory_seq_pos_max(llama_get_memory(ctx_), h.seq) >= h.pos(h.n())) seq_rm(h.seq, h.pos(h.n()), -1);
+bool KvManager::roll_back(KvHandle &h) {
+  if (h.seq < 0) return true;
+  const llama_pos next = h.pos(h.n());
+  if (llama_memory_seq_pos_max(llama_get_memory(ctx_), h.seq) >= next) {
+    // llama.cpp takes a failed batch's positions out itself, but a
+    // recurrent state it moved on cannot be taken back.
+    if (next > 0 && !family_.cuts()) {
+      redecode(h);
+      return false;
+    }
+    seq_rm(h.seq, next, -1);
+  }
+  if (intact(h)) return true;
+  redecode(h);  // the batch's window cells took the place of ones h needs
+  return false;
+}
+
+bool KvManager::intact(const KvHandle &h) const {
+  return family_.plain() || family_.holds(llama_get_memory(ctx_), h.seq, 0, h.pos(h.n()));
+}
+
+void KvManager::redecode(KvHandle &h) {
+  ++counters_.redecodes;
+  counters_.redecode_tokens += h.n();
+  seq_rm(h.seq, -1, -1);
+  ledger_.release(h.cells, h.live);
+  h.cells.clear();
+  h.tokens.clear();
+  h.jumps.clear();
+  h.exact = 0;
+  reindex(h, 0);
 }
 
 bool KvManager::erase_shift(KvHandle &h, std::uint32_t p0, std::uint32_t p1) {
@@ -189,6 +224,7 @@ bool KvManager::erase_shift(KvHandle &h, std::uint32_t p0, std::uint32_t p1) {
     h.exact = p0;
     reindex(h, p0);
   }
+  if (!intact(h)) redecode(h);  // the caller queues it again
   return true;
 }
 
@@ -213,11 +249,17 @@ bool KvManager::unshare_tail(KvHandle &h, std::uint32_t from) {
   return true;
 }
 
-void KvManager::share_prefix(const KvHandle &src, KvHandle &dst, std::uint32_t n) {
+std::uint32_t KvManager::share_prefix(const KvHandle &src, KvHandle &dst, std::uint32_t n) {
   n = jump_floor(src.jumps, n);  // the caller floors too: an image is shared whole
-  if (n == 0) return;
+  // A recurrent state is of the source's last position only.
+  if (n == 0 || (!family_.cuts() && n != src.n())) return 0;
   truncate(dst, 0);  // whatever dst held goes: it starts with src's prefix
-  llama_memory_seq_cp(llama_get_memory(ctx_), src.seq, dst.seq, 0, src.pos(n));
+  auto *mem = llama_get_memory(ctx_);
+  llama_memory_seq_cp(mem, src.seq, dst.seq, 0, src.pos(n));
+  if (!family_.plain() && !family_.holds(mem, dst.seq, 0, src.pos(n))) {
+    seq_rm(dst.seq, -1, -1);
+    return 0;
+  }
   dst.jumps = jumps_before(src.jumps, n);
   const auto shared = std::span(src.cells).first(n);
   ledger_.retain(shared, dst.live);
@@ -226,6 +268,7 @@ void KvManager::share_prefix(const KvHandle &src, KvHandle &dst, std::uint32_t n
   dst.exact = std::min(src.exact, n);
   dst.salt = src.salt;
   reindex(dst, 0);
+  return n;
 }
 
 void KvManager::set_parked(KvHandle &h, std::shared_ptr<ParkedKv> blob, std::uint32_t n) {
@@ -301,21 +344,21 @@ bool KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uin
   auto *mem = llama_get_memory(ctx_);
   std::vector<std::uint8_t> flipped;
   bytes = in_v_layout(bytes, v_trans_, flipped);
-  const bool ok = !bytes.empty() && n > from &&
-                  llama_state_seq_set_data_ext(ctx_, bytes.data(), bytes.size(), seq, 0) != 0 &&
-                  llama_memory_seq_pos_min(mem, seq) == pos_at(jumps, from) &&
-                  llama_memory_seq_pos_max(mem, seq) >= pos_at(jumps, n - 1);
-  if (!ok) {
-    seq_rm(seq, -1, -1);
-    return false;
-  }
+  const llama_pos first = pos_at(jumps, from);
+  bool ok = !bytes.empty() && n > from &&
+            llama_state_seq_set_data_ext(ctx_, bytes.data(), bytes.size(), seq, 0) != 0 &&
+            llama_memory_seq_pos_max(mem, seq) >= pos_at(jumps, n - 1);
+  if (ok && family_.plain()) ok = llama_memory_seq_pos_min(mem, seq) == first;
   // The data may hold more positions (rewound while parked): keep n. Not
   // when n ends inside an M-RoPE image (part of it decoded): data taken
-  // then holds exactly n, as cuts fall on an image's edges.
-  if (jump_floor(jumps, n) == n && llama_memory_seq_pos_max(mem, seq) >= pos_at(jumps, n)) {
+  // then holds exactly n, as cuts fall on an image's edges. Nor for a
+  // recurrent state, which is of its last position only (holds() refuses).
+  if (ok && family_.cuts() && jump_floor(jumps, n) == n && llama_memory_seq_pos_max(mem, seq) >= pos_at(jumps, n)) {
     seq_rm(seq, pos_at(jumps, n), -1);
   }
-  return true;
+  if (ok && !family_.plain()) ok = family_.holds(mem, seq, first, pos_at(jumps, n));
+  if (!ok) seq_rm(seq, -1, -1);
+  return ok;
 }
 
 KvManager::Restore KvManager::restore(KvHandle &h, std::span<const Token> history, std::uint64_t conv_id) {
@@ -382,97 +425,6 @@ KvManager::Restore KvManager::finish_restore(KvHandle &h, int seq, bool ok, std:
   return Restore::done;
 }
 
-std::vector<std::uint8_t> KvManager::export_kv(const KvHandle &h) const {
-  if (h.seq < 0) return h.parked ? h.parked->bytes() : std::vector<std::uint8_t>{};
-  std::vector<std::uint8_t> out;
-  if (h.cells.empty()) return out;
-  if (!copy_out(h.seq, out)) {
-    const std::string lost = failure();
-    fail(Errc::backend, lost.empty() ? fmt::format("llama.cpp could not copy out the KV data of sequence {}", h.seq)
-                                     : fmt::format("cannot copy out the KV data of sequence {}: {}", h.seq, lost));
-  }
-  return out;
-}
-
-bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::span<const Token> history,
-                          std::uint32_t exact, std::uint32_t from, std::uint64_t conv_id, std::uint64_t salt,
-                          std::span<const PosJump> jumps) {
-  const auto n = static_cast<std::uint32_t>(history.size());
-  if (n == 0) return true;
-  if (h.n() > 0) fail(Errc::backend, fmt::format("KV import into sequence {}, which holds {} cells", h.seq, h.n()));
-  if (h.seq >= 0) drop(h);  // a slot claimed before the data came (empty): the import takes one of its own
-  exact = std::min(exact, n);
-  if (slots_free() > 0 && cells_free() >= n) {
-    const int seq = take_seq(nullptr);
-    make_room(n);  // cannot fail: cells_free() counted what the cache gives back
-    // What another sequence holds exactly is shared, not kept twice.
-    Donor d = reuse_on() ? find_donor(history.first(std::max(exact, from)), seq, salt) : Donor{};
-    d.n = jump_floor(jumps, d.n);  // an image is shared whole or not at all
-    if (from > 0 && d.n < from) {
-      free_seq(seq);
-      to_recompute(h, true);
-      return false;
-    }
-    if (!load_into(seq, bytes, n, jumps, from)) {
-      free_seq(seq);
-      fail(Errc::corrupt, fmt::format("llama.cpp refused the KV data of the conversation state ({} bytes for {} "
-                                      "tokens): another context type or a damaged file",
-                                      bytes.size(), n));
-    }
-    h.seq = seq;
-    holders_[seq] = &h;
-    d.n = from > 0 ? from : std::min(d.n, exact);
-    if (d.n > 0) {
-      if (from == 0) seq_rm(seq, 0, pos_at(jumps, d.n));
-      llama_memory_seq_cp(llama_get_memory(ctx_), d.h->seq, seq, 0, pos_at(jumps, d.n));
-      h.cells.assign(d.h->cells.begin(), d.h->cells.begin() + d.n);
-      ledger_.retain(h.cells, h.live);
-      counters_.reused_tokens += d.n;
-      ++counters_.prefix_hits;
-    }
-    ledger_.alloc(n - d.n, h.cells, h.live);
-    h.tokens.assign(history.begin(), history.end());
-    h.jumps.assign(jumps.begin(), jumps.end());
-    h.exact = exact;
-    h.salt = salt;
-    reindex(h, 0);
-    h.where = Residency::resident;
-    return true;
-  }
-  if (from > 0) {
-    to_recompute(h, true);  // its data needs a sequence that is not there now
-    return false;
-  }
-  // No room now: parked in RAM (or further), restored when it runs.
-  set_parked(h, store_.put(std::move(bytes), conv_id), n);
-  h.jumps.assign(jumps.begin(), jumps.end());
-  h.exact = exact;
-  h.salt = salt;
-  return true;
-}
-
-bool KvManager::append_data(const KvHandle &h, std::span<const std::uint8_t> bytes, std::uint32_t n) {
-  if (scratch_seq_ < 0 || h.seq < 0 || n == 0 || bytes.empty() || !make_room(n)) return false;
-  auto *mem = llama_get_memory(ctx_);
-  const llama_pos p0 = h.pos(h.n());
-  const bool ok = llama_state_seq_set_data_ext(ctx_, bytes.data(), bytes.size(), scratch_seq_, 0) != 0 &&
-                  llama_memory_seq_pos_min(mem, scratch_seq_) == p0 &&
-                  llama_memory_seq_pos_max(mem, scratch_seq_) == p0 + static_cast<llama_pos>(n) - 1;
-  if (ok) llama_memory_seq_cp(mem, scratch_seq_, h.seq, p0, -1);
-  seq_rm(scratch_seq_, -1, -1);
-  return ok;
-}
-
-std::vector<std::uint8_t> KvManager::export_tail(const KvHandle &h, std::uint32_t from) {
-  std::vector<std::uint8_t> out;
-  if (scratch_seq_ < 0 || h.seq < 0 || from == 0 || from >= h.n()) return out;
-  llama_memory_seq_cp(llama_get_memory(ctx_), h.seq, scratch_seq_, h.pos(from), -1);
-  const bool ok = copy_out(scratch_seq_, out);
-  seq_rm(scratch_seq_, -1, -1);
-  if (!ok) out.clear();
-  return out;
-}
-
 void KvManager::move(KvHandle &dst, KvHandle &&src) {
   dst = std::move(src);
   if (dst.seq >= 0) holders_[dst.seq] = &dst;
@@ -487,7 +439,10 @@ void KvManager::verify(const KvHandle &h) const {
   auto *mem = llama_get_memory(ctx_);
   const llama_pos lo = llama_memory_seq_pos_min(mem, h.seq);
   const llama_pos hi = llama_memory_seq_pos_max(mem, h.seq);
-  const bool ok = h.cells.empty() ? hi == -1 : lo == 0 && hi == h.pos(h.n() - 1);
+  // An M-RoPE image's cells share one position: plain attention checks the ends.
+  const bool ok = h.cells.empty()   ? hi == -1
+                  : family_.plain() ? lo == 0 && hi == h.pos(h.n() - 1)
+                                    : family_.holds(mem, h.seq, 0, h.pos(h.n()));
   if (!ok) {
     fail(Errc::backend, fmt::format("KV ledger out of step with llama.cpp: sequence {} holds positions [{}, {}], the "
                                     "ledger {} cells ending at position {} ({} M-RoPE images)",

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_family.hpp"
 #include "kv/kv_ledger.hpp"
 #include "kv/kv_positions.hpp"
 #include "kv/prefix_index.hpp"
@@ -79,6 +80,9 @@ struct KvCounters {
   // cache entries evicted.
   std::uint64_t reused_tokens = 0, prefix_hits = 0, prefix_cache_hits = 0, prefix_misses = 0,
                 prefix_evictions = 0;
+  // Sequences dropped to be decoded again from their start, as the model's
+  // memory could not be cut where asked (KvFamily), and their positions.
+  std::uint64_t redecodes = 0, redecode_tokens = 0;
 };
 
 class KvManager {
@@ -101,6 +105,7 @@ class KvManager {
   std::uint32_t cells_held() const noexcept { return ledger_.used(); }
   std::uint32_t slots_free() const noexcept { return static_cast<std::uint32_t>(free_seqs_.size() + cache_.size()); }
   bool can_shift() const noexcept { return can_shift_; }
+  const KvFamily &family() const noexcept { return family_; }
   // Whether any tier can take parked data (or recompute is allowed), i.e.
   // whether a slot can ever be freed by parking.
   bool spill_on() const noexcept;
@@ -130,20 +135,26 @@ class KvManager {
   void commit_stale(KvHandle &h, std::uint32_t n, std::uint32_t grid_n_pos = 0, std::uint32_t grid_cells = 0);
   // Removes positions [pos, end) of h from the cache (keeps the slot). A pos
   // inside an M-RoPE image removes the whole image (its cells share one
-  // position): h.n() may end below pos.
+  // position), and a cut the model's memory cannot make exactly (a
+  // recurrent state; a window whose cells llama.cpp reused) removes all:
+  // h.n() may end below pos, and the caller queues the rest again.
   void truncate(KvHandle &h, std::uint32_t pos);
   // After a failed or aborted llama_decode: removes whatever llama.cpp kept
-  // of h's sequence beyond what is accounted for. Not for h ending inside
-  // an M-RoPE image (what the decode left cannot be told from the image's
-  // cells): truncate to the image's start instead.
-  void roll_back(const KvHandle &h);
+  // of h's sequence beyond what is accounted for. False when that cannot be
+  // done exactly (a recurrent state moved on): h then holds nothing and its
+  // conversation must be queued again from its start. Not for h ending
+  // inside an M-RoPE image (what the decode left cannot be told from the
+  // image's cells): truncate to the image's start instead.
+  bool roll_back(KvHandle &h);
   // Removes positions [p0, p1) and shifts the rest down, when the cache can
   // shift; moved cells another sequence shares are copied for h first
   // (unshare_tail). False (nothing changed) when it cannot shift or copy.
   bool erase_shift(KvHandle &h, std::uint32_t p0, std::uint32_t p1);
   // dst (a slot, nothing decoded) shares src's first n positions: a copy of
-  // cell references, not of data.
-  void share_prefix(const KvHandle &src, KvHandle &dst, std::uint32_t n);
+  // cell references, not of data. Returns the positions shared: n, or 0
+  // where the model's memory cannot share them (a recurrent state shares
+  // only the whole sequence; a window whose cells llama.cpp reused).
+  std::uint32_t share_prefix(const KvHandle &src, KvHandle &dst, std::uint32_t n);
 
   // Parking: copies h's KV data into the spill store (or, with recompute on,
   // drops it) and frees its cells and slot. False: no tier took it and
@@ -245,6 +256,10 @@ class KvManager {
   std::function<std::string()> failure_;
 
   void set_parked(KvHandle &h, std::shared_ptr<ParkedKv> blob, std::uint32_t n);
+  // Drops all of h's cells, keeping its slot, to be decoded again (counted).
+  void redecode(KvHandle &h);
+  // Whether h's sequence holds its n() positions as the family needs.
+  bool intact(const KvHandle &h) const;
   void seq_rm(int seq, std::int32_t p0, std::int32_t p1);
   int take_seq(KvHandle *holder);
   void free_seq(int seq);
@@ -277,6 +292,7 @@ class KvManager {
   void evict_sharing(std::span<const std::uint32_t> cells);
 
   llama_context *ctx_;
+  KvFamily family_;
   bool can_shift_;
   bool recompute_;
   KvLedger ledger_;

@@ -57,7 +57,13 @@ std::uint32_t KvManager::reuse(KvHandle &h, std::span<const Token> want, std::ui
     return 0;
   }
   // Same tokens, same images: the donor's positions are h's.
-  llama_memory_seq_cp(llama_get_memory(ctx_), d.h->seq, h.seq, d.h->pos(pos), d.h->pos(d.n));
+  auto *mem = llama_get_memory(ctx_);
+  llama_memory_seq_cp(mem, d.h->seq, h.seq, d.h->pos(pos), d.h->pos(d.n));
+  if (!family_.plain() && !family_.holds(mem, h.seq, 0, d.h->pos(d.n))) {
+    seq_rm(h.seq, h.pos(pos), -1);  // the donor's window lost cells h would need
+    ++counters_.prefix_misses;
+    return 0;
+  }
   for (const PosJump &j : d.h->jumps) {
     if (j.begin >= pos && j.begin < d.n) h.jumps.push_back(j);
   }

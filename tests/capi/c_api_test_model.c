@@ -135,6 +135,13 @@ void test_model(void) {
   CHECK_OK(weft_model_get_info(m, &info));
   CHECK(info.n_vocab == 32000 && info.n_layer == 2 && info.n_embd == 64 && info.bos == 1 && info.eos == 2);
   CHECK(info.fingerprint != 0 && info.n_params > 0);
+  CHECK(info.memory == WEFT_MODEL_MEMORY_PLAIN && info.sliding_window == 0);
+  /* A caller built before model families gets the fields before them. */
+  memset(&info, 0, sizeof info);
+  info.struct_size = offsetof(weft_model_info, memory);
+  info.memory = -7;
+  CHECK_OK(weft_model_get_info(m, &info));
+  CHECK(info.n_layer == 2 && info.memory == -7);
   info.struct_size = 1;
   CHECK_ERR(weft_model_get_info(m, &info), WEFT_ERR_STRUCT_SIZE, "weft_model_info");
   CHECK_ERR(weft_model_get_info(m, NULL), WEFT_ERR_NULL_ARG, "");

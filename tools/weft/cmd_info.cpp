@@ -31,6 +31,22 @@ std::string describe_cpu(const weft::CpuBackend &b) {
                      b.directory);
 }
 
+// What a rewind or a fork of a prefix costs on this model (docs/EXECUTOR.md).
+std::string describe_memory(const weft::Model &m) {
+  switch (m.memory()) {
+    case weft::Model::Memory::plain: return "plain attention: rewinds and forks of a prefix are exact, no re-decode";
+    case weft::Model::Memory::sliding_window:
+      return fmt::format("sliding window of {} tokens: rewinds exact while the window's cells are kept, else "
+                         "decoded again from the start",
+                         m.sliding_window());
+    case weft::Model::Memory::recurrent:
+      return "recurrent: a rewind or a fork of a prefix is decoded again from the start";
+    case weft::Model::Memory::hybrid:
+      return "hybrid (recurrent state beside attention): a rewind or a fork of a prefix is decoded again from the start";
+  }
+  return "?";
+}
+
 }  // namespace
 }  // namespace info_cmd
 
@@ -73,6 +89,7 @@ void add_info(CLI::App &app) {
     fmt::print("parameters  {} ({:.1f} MiB)\n", model.n_params(), static_cast<double>(model.size_bytes()) / 1048576.0);
     fmt::print("layers      {}, width {}, train context {}\n", model.n_layer(), model.n_embd(), model.n_ctx_train());
     fmt::print("vocabulary  {} tokens, bos {}, eos {}\n", model.n_vocab(), model.bos(), model.eos());
+    fmt::print("memory      {}\n", describe_memory(model));
     fmt::print("fingerprint {:016x}\n", model.fingerprint());
     fmt::print("loaded in   {:.0f} ms\n", ms);
     fmt::print("cpu code    {}\n", describe_cpu(weft::cpu_backend()));

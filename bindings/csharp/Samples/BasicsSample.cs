@@ -24,6 +24,7 @@ namespace Weft.Samples
                 var info = model.Info;
                 Check.Equal(32000, info.VocabSize, "vocabulary");
                 Check.Equal(2, info.LayerCount, "layers");
+                Check.True(info.Memory == ModelMemory.Plain && info.SlidingWindow == 0, "plain attention");
                 Check.Equal("llama", model.Meta("general.architecture"), "architecture");
                 Check.SameTokens(new[] { 1, 15043, 3186 }, model.Tokenize("Hello world", addBos: true), "tokenize");
                 Check.True(model.Detokenize(new[] { 15043, 3186 }).Contains("Hello world"), "detokenize");

@@ -241,6 +241,12 @@ typedef struct weft_executor_stats {
   int32_t flash_attn_source;  // a weft_attention_source
   uint32_t attn_probe_seqs;
   uint32_t attn_probe_depth;
+  // Added with model families (a smaller struct_size gets the fields before
+  // these): conversations decoded again from their start because the
+  // model's memory could not be cut or shared where an operation asked
+  // (weft_model_info.memory), and the positions that took.
+  uint64_t redecodes;
+  uint64_t redecode_tokens;
 } weft_executor_stats;
 
 // Keeps `tokens` (n_tokens ids) decoded in the cache for prefix reuse until

@@ -55,6 +55,14 @@ WEFT_C_API weft_status weft_model_free(weft_model *model);
 // CPU lacks) — the same that weft_model_load then returns.
 WEFT_C_API weft_status weft_cpu_variant(const char **out_variant, weft_bool *out_runtime_dispatch);
 
+// weft::Model::Memory.
+typedef enum weft_model_memory {
+  WEFT_MODEL_MEMORY_PLAIN = 0,           // attention: cut anywhere, exactly
+  WEFT_MODEL_MEMORY_SLIDING_WINDOW = 1,  // exact while the window's cells are kept, else decoded again
+  WEFT_MODEL_MEMORY_RECURRENT = 2,       // one state: a cut inside it is decoded again from the start
+  WEFT_MODEL_MEMORY_HYBRID = 3,          // a recurrent state beside attention: as recurrent
+} weft_model_memory;
+
 typedef struct weft_model_info {
   size_t struct_size;
   uint64_t n_params;
@@ -66,6 +74,13 @@ typedef struct weft_model_info {
   int32_t n_layer;
   weft_token bos;  // -1 when the vocabulary has none
   weft_token eos;  // -1 when the vocabulary has none
+  // Added with model families (a smaller struct_size gets the fields
+  // before these): how the model's memory keeps a conversation (a
+  // weft_model_memory), which decides what a rewind or a fork of a prefix
+  // costs (docs/EXECUTOR.md, "Model families"), and a sliding-window
+  // model's window in tokens (0 otherwise).
+  int32_t memory;
+  int32_t sliding_window;
 } weft_model_info;
 
 // Fills `out` (set out->struct_size first).

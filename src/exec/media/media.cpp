@@ -307,7 +307,7 @@ int decode_group(ExecutorCore &x, std::vector<MediaSegment> &all, const std::vec
       KvHandle &kv = all[i].conv->kv;
       const std::uint32_t cut = jump_floor(kv.jumps, kv.n());
       if (cut == kv.n()) {
-        x.kv->roll_back(kv);
+        x.roll_back_locked(*all[i].conv);
       } else {
         // Part of an M-RoPE image is in: its cells share one position, so
         // what the failed batch left cannot be told from them. The image

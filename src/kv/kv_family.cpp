@@ -1,0 +1,47 @@
+// KvFamily: a model's memory family, from llama.cpp's own model queries.
+#include "kv/kv_family.hpp"
+
+#include <llama.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace weft::detail {
+
+KvFamily::KvFamily(const llama_model *model) {
+  char arch[64] = "";
+  llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
+  if (llama_model_is_recurrent(model) || llama_model_is_hybrid(model)) {
+    kind_ = Kind::recurrent;
+    name_ = fmt::format("{} ({})", llama_model_is_hybrid(model) ? "hybrid" : "recurrent", arch);
+  } else if (llama_model_n_swa(model) > 0) {
+    kind_ = Kind::sliding_window;
+    n_swa_ = llama_model_n_swa(model);
+    name_ = fmt::format("sliding-window attention (window {}, {})", n_swa_, arch);
+  } else {
+    name_ = "plain attention";
+  }
+}
+
+bool KvFamily::holds(llama_memory_i *mem, int seq, std::int32_t first, std::int32_t next) const {
+  const llama_pos lo = llama_memory_seq_pos_min(mem, seq);
+  const llama_pos hi = llama_memory_seq_pos_max(mem, seq);
+  if (next <= first) return hi == -1;
+  if (hi != next - 1) return false;
+  switch (kind_) {
+    case Kind::plain: return lo == first;
+    // A token at p sees the cells at p - n_swa + 1 .. p (llama.cpp's
+    // standard window; a chunked window needs no more), and llama.cpp
+    // reuses only cells out of their sequence's window: what is there runs
+    // without gaps from `lo` on. (For a sliding window llama.cpp reports
+    // the window layers' lowest position.)
+    case Kind::sliding_window: return lo >= first && lo <= std::max(first, next - n_swa_ + 1);
+    // One state, of position hi (a hybrid reports the larger of its two
+    // lowest positions, the state's).
+    case Kind::recurrent: return first == 0;
+  }
+  return false;
+}
+
+}  // namespace weft::detail
