@@ -58,6 +58,18 @@ bool ExecutorCore::move_to_queue(Conv &c, std::uint32_t pos) {
 // token (it moves back to the queue) so sampling works after the next step.
 void ExecutorCore::ensure_logits_locked(Conv &c) {
   if (c.has_logits || c.history.empty() || c.n_queued() > 0) return;
+  // A recurrent model's checkpoint there kept them (its state is restored
+  // when the cache follows): cut back to a prompt's end, nothing is decoded.
+  // A fork not yet given its cells looks at its source's.
+  const KvHandle *h = &c.kv;
+  if (!c.kv.has_slot() && c.intent.copy_from != 0) {
+    if (const Conv *src = convs.find(c.intent.copy_from)) h = &src->kv;
+  }
+  if (const auto *kept = kv->checkpoint_logits(*h, c.history)) {
+    c.logits.assign(kept->begin(), kept->end());
+    c.has_logits = true;
+    return;
+  }
   // An image's last position comes back with the whole image.
   requeue_locked(c, media_floor(c, c.n_decoded() - 1));
 }

@@ -180,11 +180,12 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
       // sampler is reserved for it (SamplerShare).
       int row = 0;
       for (std::size_t i = lo; i < hi; ++i) {
-        const Part &part = scratch.run.parts[i];
+        Part &part = scratch.run.parts[i];
         if (segments[part.seg].failed) continue;
         row += static_cast<int>(part.n);
         if (!part.output) continue;
-        const float *lg = llama_get_logits_ith(ctx, row - 1);
+        part.row = row - 1;
+        const float *lg = llama_get_logits_ith(ctx, part.row);
         if (part.job >= 0) {
           sample_job(scratch.run.early[static_cast<std::size_t>(part.job)], lg);
         } else {

@@ -37,6 +37,8 @@ struct Part {
   // When output and its conversation is generating: its token is sampled
   // straight from llama.cpp's logits (RunBuffers::early[job]), not staged.
   std::int32_t job = -1;
+  // When output: its row in the decode's logits (set by the run stage).
+  std::int32_t row = -1;
 };
 
 // Media decoded in this step, from its embeddings (media.cpp): a whole

@@ -113,6 +113,7 @@ void KvManager::drop(KvHandle &h) {
   h.cells.clear();
   h.tokens.clear();
   h.jumps.clear();
+  h.checkpoints.clear();
   h.exact = 0;
 }
 
@@ -152,7 +153,7 @@ void KvManager::truncate(KvHandle &h, std::uint32_t pos) {
   if (h.seq < 0 || pos >= h.n()) return;
   pos = jump_floor(h.jumps, pos);
   if (pos > 0 && !family_.cuts()) {
-    redecode(h);
+    if (!cut_at_checkpoint(h, pos)) redecode(h, pos);
     return;
   }
   keep_tail(h, pos);
@@ -165,7 +166,7 @@ void KvManager::truncate(KvHandle &h, std::uint32_t pos) {
     h.exact = pos;
     reindex(h, pos);
   }
-  if (!intact(h)) redecode(h);
+  if (!intact(h)) redecode(h, h.n());
 }
 
 bool KvManager::roll_back(KvHandle &h) {
@@ -175,13 +176,13 @@ bool KvManager::roll_back(KvHandle &h) {
     // llama.cpp takes a failed batch's positions out itself, but a
     // recurrent state it moved on cannot be taken back.
     if (next > 0 && !family_.cuts()) {
-      redecode(h);
+      redecode(h, h.n());
       return false;
     }
     seq_rm(h.seq, next, -1);
   }
   if (intact(h)) return true;
-  redecode(h);  // the batch's window cells took the place of ones h needs
+  redecode(h, h.n());  // the batch's window cells took the place of ones h needs
   return false;
 }
 
@@ -189,14 +190,15 @@ bool KvManager::intact(const KvHandle &h) const {
   return family_.plain() || family_.holds(llama_get_memory(ctx_), h.seq, 0, h.pos(h.n()));
 }
 
-void KvManager::redecode(KvHandle &h) {
+void KvManager::redecode(KvHandle &h, std::uint32_t again) {
   ++counters_.redecodes;
-  counters_.redecode_tokens += h.n();
+  counters_.redecode_tokens += again;
   seq_rm(h.seq, -1, -1);
   ledger_.release(h.cells, h.live);
   h.cells.clear();
   h.tokens.clear();
   h.jumps.clear();
+  h.checkpoints.clear();
   h.exact = 0;
   reindex(h, 0);
 }
@@ -224,7 +226,7 @@ bool KvManager::erase_shift(KvHandle &h, std::uint32_t p0, std::uint32_t p1) {
     h.exact = p0;
     reindex(h, p0);
   }
-  if (!intact(h)) redecode(h);  // the caller queues it again
+  if (!intact(h)) redecode(h, h.n());  // the caller queues it again
   return true;
 }
 
@@ -267,6 +269,7 @@ std::uint32_t KvManager::share_prefix(const KvHandle &src, KvHandle &dst, std::u
   dst.tokens.assign(src.tokens.begin(), src.tokens.begin() + n);
   dst.exact = std::min(src.exact, n);
   dst.salt = src.salt;
+  dst.checkpoints = src.checkpoints;  // a recurrent fork is whole (above): its states are dst's
   reindex(dst, 0);
   return n;
 }

@@ -44,6 +44,17 @@ struct llama_context;
 
 namespace weft::detail {
 
+// A recurrent or hybrid model's state after position n - 1 (its recurrent
+// part only: llama.cpp's LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY), so that a cut
+// at or after n decodes from n instead of from the start.
+struct StateCheckpoint {
+  std::uint32_t n = 0;
+  std::shared_ptr<const std::vector<std::uint8_t>> state;  // shared by forks
+  // The logits of position n - 1: a conversation cut back to n needs them
+  // and gets them without decoding its last token again.
+  std::shared_ptr<const std::vector<float>> logits;
+};
+
 struct KvHandle {
   int seq = -1;                      // llama.cpp sequence slot; -1 = none
   std::vector<std::uint32_t> cells;  // ledger id per position in the cache: 0..n-1
@@ -64,6 +75,9 @@ struct KvHandle {
   Residency where = Residency::resident;
   std::shared_ptr<ParkedKv> parked;
   std::uint32_t parked_n = 0;
+  // Recurrent models only: the latest states kept (oldest first), resident
+  // ones only (not saved, parked or loaded).
+  std::vector<StateCheckpoint> checkpoints;
 
   std::uint32_t n() const noexcept { return static_cast<std::uint32_t>(cells.size()); }
   // llama.cpp's position of cell i (i == n(): of the next one).
@@ -80,9 +94,12 @@ struct KvCounters {
   // cache entries evicted.
   std::uint64_t reused_tokens = 0, prefix_hits = 0, prefix_cache_hits = 0, prefix_misses = 0,
                 prefix_evictions = 0;
-  // Sequences dropped to be decoded again from their start, as the model's
-  // memory could not be cut where asked (KvFamily), and their positions.
+  // Sequences dropped to be decoded again from their start (or from a
+  // checkpoint), as the model's memory could not be cut where asked
+  // (KvFamily), and the positions that are decoded again.
   std::uint64_t redecodes = 0, redecode_tokens = 0;
+  // Recurrent states kept (KvManager::checkpoint) and cuts that began from one.
+  std::uint64_t checkpoints = 0, checkpoint_restores = 0;
 };
 
 class KvManager {
@@ -146,6 +163,15 @@ class KvManager {
   // inside an M-RoPE image (what the decode left cannot be told from the
   // image's cells): truncate to the image's start instead.
   bool roll_back(KvHandle &h);
+  // A recurrent model's h, its input decoded up to now (a prompt's end):
+  // keeps its state, so that a later cut at or after this position (a
+  // reply rewound, a fork of the prompt) decodes from here (the latest
+  // kMaxCheckpoints are kept). Nothing for other families.
+  void checkpoint(KvHandle &h, std::span<const float> logits);
+  static constexpr std::size_t kMaxCheckpoints = 2;
+  // The logits a checkpoint of h kept for `history`'s last position, when h
+  // (resident, holding `history` or more) has one there; else null.
+  const std::vector<float> *checkpoint_logits(const KvHandle &h, std::span<const Token> history) const;
   // Removes positions [p0, p1) and shifts the rest down, when the cache can
   // shift; moved cells another sequence shares are copied for h first
   // (unshare_tail). False (nothing changed) when it cannot shift or copy.
@@ -256,8 +282,12 @@ class KvManager {
   std::function<std::string()> failure_;
 
   void set_parked(KvHandle &h, std::shared_ptr<ParkedKv> blob, std::uint32_t n);
-  // Drops all of h's cells, keeping its slot, to be decoded again (counted).
-  void redecode(KvHandle &h);
+  // Drops all of h's cells, keeping its slot, the first `again` of them to
+  // be decoded again (counted).
+  void redecode(KvHandle &h, std::uint32_t again);
+  // A recurrent h cut at pos from its latest checkpoint at or before pos
+  // (kv_checkpoint.cpp). False when it has none or llama.cpp refused it.
+  bool cut_at_checkpoint(KvHandle &h, std::uint32_t pos);
   // Whether h's sequence holds its n() positions as the family needs.
   bool intact(const KvHandle &h) const;
   void seq_rm(int seq, std::int32_t p0, std::int32_t p1);

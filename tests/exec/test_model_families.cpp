@@ -214,6 +214,64 @@ TEST(ModelFamilies, AWindowWhoseCellsWereReusedIsDecodedAgain) {
   EXPECT_EQ(check.compared, 3);
 }
 
+// A recurrent state is kept at each prompt's end, with its logits: a reply
+// rewound to that end (a reroll), or a fork of the prompt, goes on from there
+// without decoding the prompt again; exactly as a fresh decode.
+TEST(ModelFamilies, RecurrentCutsGoOnFromThePromptsEnd) {
+  for (const auto &f : {kFamilies[1], kFamilies[2]}) {
+    SCOPED_TRACE(f.name);
+    const Model &m = model_of(f);
+    std::mt19937 rng(12);
+    Checker check{m, weft_test::logits_tolerance(m)};
+    weft::Executor ex(m, small_cache());
+    auto c = ex.create();
+    const auto prompt = random_tokens(rng, m, 60, true);
+    c.prompt(prompt);
+    auto g = c.generate({.max_tokens = 8});
+    run_until_idle(ex);
+    ASSERT_EQ(c.n_tokens(), 68u);
+    const auto reply = c.tokens();
+    const auto before = ex.stats();
+
+    // The reroll: back to the prompt's end, logits at once, a new reply.
+    c.rewind(8);
+    EXPECT_TRUE(c.has_logits()) << "kept with the state";
+    check(c, "rewound to the prompt's end");
+    c.generate({.max_tokens = 8});
+    run_until_idle(ex);
+    check(c, "rerolled");
+    EXPECT_EQ(c.tokens(), reply) << "greedy: the same reply again";
+    auto s = ex.stats();
+    EXPECT_EQ(s.tokens_decoded - before.tokens_decoded, 8u) << "the reply's tokens, not the prompt again";
+    EXPECT_EQ(s.redecode_tokens - before.redecode_tokens, 0u);
+
+    // Into the reply: from the prompt's end, the reply's first tokens again.
+    c.rewind(3);
+    c.prompt(random_tokens(rng, m, 1));
+    run_until_idle(ex);
+    check(c, "rewound into the reply");
+    const auto s2 = ex.stats();
+    EXPECT_EQ(s2.redecode_tokens - s.redecode_tokens, 4u) << "positions 60..64 again";
+    EXPECT_EQ(s2.tokens_decoded - s.tokens_decoded, 6u);
+
+    // A fork rewound to the prompt: shares the prompt's state.
+    auto child = c.fork();
+    child.rewind(child.n_tokens() - 60);
+    EXPECT_TRUE(child.has_logits());
+    child.prompt(random_tokens(rng, m, 2));
+    run_until_idle(ex);
+    check(child, "a fork of the prompt");
+    check(c, "its source");
+    EXPECT_EQ(ex.stats().tokens_decoded - s2.tokens_decoded, 2u);
+
+    // Before the prompt's end there is no state kept: decoded from the start.
+    c.rewind(c.n_tokens() - 30);
+    run_until_idle(ex);
+    check(c, "rewound into the prompt");
+    EXPECT_EQ(ex.stats().redecode_tokens - s2.redecode_tokens, 29u) << "positions 0..28; the 30th for its logits";
+  }
+}
+
 // No prefix of a recurrent state to share: pinning one is refused by name,
 // and prefix reuse stays off (two conversations alike decode twice).
 TEST(ModelFamilies, RecurrentMemoryPinsNoPrefix) {

@@ -77,7 +77,7 @@ std::string ensure_npc_model(weft::TrainParams params, bool quiet) {
   return path.string();
 }
 
-std::string ensure_preset_model(const std::string &preset, unsigned seed) {
+std::string ensure_preset_model(const std::string &preset, unsigned seed, weft::ModelArch arch) {
   if (preset == "npc") {
     weft::TrainParams t;
     t.seed = seed;
@@ -85,13 +85,15 @@ std::string ensure_preset_model(const std::string &preset, unsigned seed) {
     return ensure_npc_model(t);
   }
   const auto dir = std::filesystem::path(cache_dir()) / "models";
-  const auto path = dir / fmt::format("{}-seed{}.gguf", preset, seed);
+  const std::string family = arch == weft::ModelArch::llama ? "" : fmt::format("-{}", weft::model_arch_name(arch));
+  const auto path = dir / fmt::format("{}{}-seed{}.gguf", preset, family, seed);
   if (std::filesystem::exists(path)) return path.string();
   std::filesystem::create_directories(dir);
   fmt::print(stderr, "weft: generating the {} model into {} (once)\n", preset, path.string());
   ProgressBar bar("make-model " + preset);
   weft::make_model({.preset = weft::parse_preset(preset),
                     .seed = seed,
+                    .arch = arch,
                     .out = path.string(),
                     .on_progress = [&](float f) { bar.update(f); }});
   bar.finish();

@@ -12,8 +12,9 @@ namespace weft_cli {
 // $WEFT_CACHE_DIR, else $XDG_CACHE_HOME/weft, else ~/.cache/weft.
 std::string cache_dir();
 // The path of a generated preset model, generating it (with a progress bar)
-// when it is not there yet. "npc" trains with TrainParams defaults.
-std::string ensure_preset_model(const std::string &preset, unsigned seed);
+// when it is not there yet. "npc" trains with TrainParams defaults. `arch`:
+// the model family (MakeModelParams::arch) of a random-weight preset.
+std::string ensure_preset_model(const std::string &preset, unsigned seed, weft::ModelArch arch = weft::ModelArch::llama);
 // The cached npc model for these training parameters (params.out is ignored):
 // cache_dir()/models/npc-<npc_model_key>.gguf, trained first when missing,
 // with a message and a progress bar on stderr unless quiet.

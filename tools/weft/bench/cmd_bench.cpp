@@ -19,6 +19,7 @@ void add_bench(CLI::App &app) {
   add_bench_rpc(*bench);
   add_bench_overhead(*bench);
   add_bench_schema(*bench);
+  add_bench_rewind(*bench);
 }
 
 }  // namespace weft_cli
