@@ -357,3 +357,38 @@ TEST(BenchSchema, OneRowPerConversationCountWithEveryRepetition) {
   EXPECT_NE(bad.output.find("strin"), std::string::npos) << bad.output;
   fs::remove_all(dir);
 }
+
+// Plain attention cuts where asked (the kept last token again for its
+// logits, then the new one); a recurrent state decodes everything the rewind
+// kept, but a reroll begins at the prompt's end it kept.
+TEST(BenchRewind, EachFamilyDecodesWhatItsMemoryNeeds) {
+  const auto dir = temp_dir("rewind");
+  const auto json = dir / "rewind.json";
+  std::string models;
+  for (const char *arch : {"llama", "mamba"}) {
+    const auto path = (dir / (std::string(arch) + ".gguf")).string();
+    const auto made = weft("make-model --preset tiny --arch " + std::string(arch) + " -q --out " + path);
+    ASSERT_EQ(made.status, 0) << made.output;
+    models += " -m " + path;
+  }
+  const auto r = weft("bench rewind" + models + " --target weft --tokens 40 --back 8 --reps 1 --threads 1 -q --json " +
+                      json.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto doc = read_json(json);
+  EXPECT_EQ(doc["bench"], "rewind");
+  ASSERT_EQ(doc["results"].size(), 2u);
+  const auto &plain = doc["results"][0]["weft"], &recurrent = doc["results"][1]["weft"];
+  EXPECT_EQ(doc["results"][1]["memory"], 2) << "mamba is recurrent";
+  EXPECT_EQ(plain["rewind_decoded"], 2);
+  EXPECT_EQ(plain["fork_decoded"], 2);
+  EXPECT_EQ(plain["reroll_decoded"], 2);
+  EXPECT_EQ(recurrent["rewind_decoded"], 40 - 8 + 1);
+  EXPECT_EQ(recurrent["fork_decoded"], 40 - 8 + 1);
+  EXPECT_EQ(recurrent["reroll_decoded"], 1) << "the sampled token only";
+  for (const char *k : {"prompt_ms", "rewind_ms", "fork_ms", "reroll_ms"}) EXPECT_GT(plain[k].get<double>(), 0.0) << k;
+
+  const auto bad = weft("bench rewind -m " + kTiny + " --target weft --tokens 40 --back 40 -q");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("--back 40 must be in [1, --tokens 40)"), std::string::npos) << bad.output;
+  fs::remove_all(dir);
+}

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -24,6 +25,7 @@
 
 #if __has_include(<httplib.h>)
 #include <httplib.h>
+#include <unistd.h>
 #define WEFT_BENCH_HTTP 1
 #endif
 
@@ -186,16 +188,16 @@ ServerResult run_server(const std::string &model, const weft::Model &m, const Op
 #endif
 
 void run(const Opts &o) {
+  if (o.back < 1 || o.back >= o.tokens) {
+    throw weft::Error(weft::Errc::invalid_argument,
+                      fmt::format("--back {} must be in [1, --tokens {})", o.back, o.tokens));
+  }
   std::vector<std::pair<std::string, std::string>> models;  // (label, path)
-  for (const auto &p : o.models) models.emplace_back(p, p);
+  for (const auto &p : o.models) models.emplace_back(std::filesystem::path(p).stem().string(), p);
   if (models.empty()) {
     for (const auto &a : o.archs) {
       models.emplace_back(a, ensure_preset_model(o.preset, 1, weft::parse_model_arch(a)));
     }
-  }
-  if (o.back < 1 || o.back >= o.tokens) {
-    throw weft::Error(weft::Errc::invalid_argument,
-                      fmt::format("--back {} must be in [1, --tokens {})", o.back, o.tokens));
   }
   Opts opt = o;
   if (opt.threads == 0) opt.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
