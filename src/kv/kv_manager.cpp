@@ -103,18 +103,22 @@ bool KvManager::make_room(std::uint32_t n) {
   return true;
 }
 
-void KvManager::drop(KvHandle &h) {
-  if (h.seq >= 0) {
-    seq_rm(h.seq, -1, -1);
-    free_seq(h.seq);
-    h.seq = -1;
-  }
+void KvManager::clear(KvHandle &h) {
+  if (h.seq >= 0) seq_rm(h.seq, -1, -1);
   ledger_.release(h.cells, h.live);
   h.cells.clear();
   h.tokens.clear();
   h.jumps.clear();
   h.checkpoints.clear();
   h.exact = 0;
+}
+
+void KvManager::drop(KvHandle &h) {
+  clear(h);
+  if (h.seq >= 0) {
+    free_seq(h.seq);
+    h.seq = -1;
+  }
 }
 
 void KvManager::release(KvHandle &h) {
@@ -193,13 +197,7 @@ bool KvManager::intact(const KvHandle &h) const {
 void KvManager::redecode(KvHandle &h, std::uint32_t again) {
   ++counters_.redecodes;
   counters_.redecode_tokens += again;
-  seq_rm(h.seq, -1, -1);
-  ledger_.release(h.cells, h.live);
-  h.cells.clear();
-  h.tokens.clear();
-  h.jumps.clear();
-  h.checkpoints.clear();
-  h.exact = 0;
+  clear(h);
   reindex(h, 0);
 }
 

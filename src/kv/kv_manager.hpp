@@ -296,6 +296,7 @@ class KvManager {
   void reindex(const KvHandle &h, std::uint32_t from);
   void sync_index() const;  // before every lookup
   void drop(KvHandle &h);  // release without keeping anything
+  void clear(KvHandle &h);  // all of h's cells and what it knows of them go; its slot stays
   // Gives h cells of its own, with the same data, for positions [from, n)
   // (copy-on-write through the scratch sequence). False: no scratch or no
   // room (nothing changed).
