@@ -18,6 +18,7 @@
 #include "common.hpp"
 #include "reference.hpp"
 #include "weft/executor.hpp"
+#include "weft/make_adapter.hpp"
 #include "weft/make_model.hpp"
 
 namespace {
@@ -40,11 +41,18 @@ const Family kFamilies[] = {
     {weft::ModelArch::moe, "moe", Model::Memory::plain},
 };
 
+std::map<std::string, std::string> &paths() {
+  static std::map<std::string, std::string> p;
+  return p;
+}
+
 const Model &model_of(const Family &f) {
   static std::map<std::string, Model> models;
+  static const auto dir = weft_test::temp_dir("families");
   auto it = models.find(f.name);
   if (it == models.end()) {
-    const auto path = weft_test::temp_dir("families") / (std::string(f.name) + ".gguf");
+    const auto path = dir / (std::string(f.name) + ".gguf");
+    paths()[f.name] = path.string();
     weft::MakeModelParams p;
     p.preset = weft::ModelPreset::tiny;
     p.seed = 5;
@@ -270,6 +278,66 @@ TEST(ModelFamilies, RecurrentCutsGoOnFromThePromptsEnd) {
     check(c, "rewound into the prompt");
     EXPECT_EQ(ex.stats().redecode_tokens - s2.redecode_tokens, 29u) << "positions 0..28; the 30th for its logits";
   }
+}
+
+// A LoRA on the families whose blocks have attention projections (the window
+// model and the experts model): weft's logits, through a rewind, equal
+// llama.cpp's own context with the adapter set (llama_set_adapters_lora).
+// The generator writes no LoRA for a recurrent block (it names the missing
+// tensor); llama.cpp refuses a LoRA made for another architecture.
+TEST(ModelFamilies, LoraMatchesLlamaCppOnWindowAndExpertModels) {
+  const auto dir = weft_test::temp_dir("families-lora");
+  for (const auto &f : {kFamilies[0], kFamilies[3]}) {
+    SCOPED_TRACE(f.name);
+    const Model &m = model_of(f);
+    const auto lora_path = (dir / (std::string(f.name) + "-lora.gguf")).string();
+    weft::MakeAdapterParams ap;
+    ap.base = paths()[f.name];
+    ap.out = lora_path;
+    ap.targets = {"attn_q", "attn_v"};
+    weft::make_adapter(ap);
+    const weft::Adapter lora = m.load_adapter(lora_path);
+
+    std::mt19937 rng(21);
+    const double tol = weft_test::logits_tolerance(m);
+    weft::Executor ex(m, small_cache());
+    auto c = ex.create();
+    const std::vector<weft::AdapterUse> uses = {{.adapter = lora, .scale = 1.0f}};
+    c.set_adapters(uses);
+    c.prompt(random_tokens(rng, m, 50, true));
+    run_until_idle(ex);
+    c.rewind(12);  // back past the window's 16 cells: exact either way
+    c.prompt(random_tokens(rng, m, 5));
+    run_until_idle(ex);
+    const auto history = c.tokens();
+
+    auto p = llama_context_default_params();
+    p.n_ctx = 512;
+    p.n_batch = p.n_ubatch = 64;
+    p.n_seq_max = 1;
+    p.n_threads = p.n_threads_batch = 2;
+    llama_context *ctx = llama_init_from_model(m.impl()->model, p);
+    ASSERT_NE(ctx, nullptr);
+    llama_adapter_lora *ref = llama_adapter_lora_init(m.impl()->model, lora_path.c_str());
+    ASSERT_NE(ref, nullptr);
+    float scale = 1.0f;
+    ASSERT_EQ(llama_set_adapters_lora(ctx, &ref, 1, &scale), 0);
+    std::vector<llama_token> tokens(history.begin(), history.end());
+    ASSERT_EQ(llama_decode(ctx, llama_batch_get_one(tokens.data(), static_cast<int32_t>(tokens.size()))), 0);
+    const float *lg = llama_get_logits_ith(ctx, -1);
+    const std::vector<float> want(lg, lg + m.n_vocab());
+    llama_free(ctx);
+    llama_adapter_lora_free(ref);
+
+    EXPECT_LT(weft_test::nmse(c.logits(), want), tol) << "with the LoRA";
+    EXPECT_GT(weft_test::nmse(c.logits(), reference_logits(m, history, 64, 512)), 100 * tol) << "the LoRA acts";
+  }
+  (void)model_of(kFamilies[2]);
+  weft::MakeAdapterParams bad;
+  bad.base = paths()["mamba"];
+  bad.out = (dir / "mamba-lora.gguf").string();
+  EXPECT_TRUE(weft_test::throws_weft([&] { weft::make_adapter(bad); }, weft::Errc::incompatible,
+                                     "(mamba) has no tensor 'blk.0.attn_q.weight' for LoRA target 'attn_q'"));
 }
 
 // No prefix of a recurrent state to share: pinning one is refused by name,
