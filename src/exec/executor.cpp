@@ -25,6 +25,15 @@ void validate(const Model &model, const ExecutorParams &p) {
   if (p.projector && p.projector.impl()->model.impl() != model.impl()) {
     bad("ExecutorParams.projector was loaded for another Model (load it with this executor's)");
   }
+  // Images reach the cache as KV data made on a side context and copied in
+  // (media.cpp): cells a window or a recurrent state cannot take exactly.
+  if (p.projector && model.memory() != Model::Memory::plain) {
+    bad(fmt::format("ExecutorParams.projector: images need a model with plain attention; this model's memory is {} "
+                    "(docs/EXECUTOR.md, \"Model families\")",
+                    model.memory() == Model::Memory::sliding_window ? "a sliding window"
+                    : model.memory() == Model::Memory::recurrent    ? "recurrent"
+                                                                    : "hybrid"));
+  }
   const auto max_seq = static_cast<std::uint32_t>(std::min<std::size_t>(256, llama_max_parallel_sequences()));
   if (p.n_seq_max < 1 || p.n_seq_max > max_seq) {
     bad(fmt::format("ExecutorParams.n_seq_max = {} is outside [1, {}]", p.n_seq_max, max_seq));

@@ -19,6 +19,8 @@
 #include "reference.hpp"
 #include "weft/executor.hpp"
 #include "weft/make_adapter.hpp"
+#include "weft/make_mmproj.hpp"
+#include "weft/projector.hpp"
 #include "weft/make_model.hpp"
 
 namespace {
@@ -338,6 +340,25 @@ TEST(ModelFamilies, LoraMatchesLlamaCppOnWindowAndExpertModels) {
   bad.out = (dir / "mamba-lora.gguf").string();
   EXPECT_TRUE(weft_test::throws_weft([&] { weft::make_adapter(bad); }, weft::Errc::incompatible,
                                      "(mamba) has no tensor 'blk.0.attn_q.weight' for LoRA target 'attn_q'"));
+}
+
+// Images reach the cache as KV cells copied from a side context: refused
+// by name, at executor creation, on every family but plain attention.
+TEST(ModelFamilies, ImagesNeedPlainAttention) {
+  const auto dir = weft_test::temp_dir("families-mmproj");
+  for (const auto &f : {kFamilies[0], kFamilies[1], kFamilies[2]}) {
+    const Model &m = model_of(f);
+    const auto path = (dir / (std::string(f.name) + "-mmproj.gguf")).string();
+    weft::make_mmproj({.base = paths()[f.name], .out = path});
+    const auto projector = weft::Projector::load(m, {.path = path});
+    const std::string memory = f.memory == Model::Memory::sliding_window ? "a sliding window"
+                               : f.memory == Model::Memory::recurrent    ? "recurrent"
+                                                                         : "hybrid";
+    EXPECT_TRUE(weft_test::throws_weft([&] { weft::Executor(m, {.projector = projector}); }, weft::Errc::invalid_argument,
+                                       "ExecutorParams.projector: images need a model with plain attention; this "
+                                       "model's memory is " + memory))
+        << f.name;
+  }
 }
 
 // No prefix of a recurrent state to share: pinning one is refused by name,
