@@ -48,6 +48,8 @@ std::string prometheus_text(ServeContext &ctx) {
   o.one("weft_parks_total", "counter", "Conversations parked", st.parks);
   o.one("weft_restores_total", "counter", "Conversations restored from RAM or disk", st.restores);
   o.one("weft_recomputes_total", "counter", "Conversations re-decoded from tokens", st.recomputes);
+  o.one("weft_redecodes_total", "counter", "Cuts the model's memory could not make, decoded again", st.redecodes);
+  o.one("weft_redecode_tokens_total", "counter", "Positions decoded again for them", st.redecode_tokens);
   o.one("weft_spill_ram_bytes", "gauge", "Parked KV data in RAM", st.ram_bytes);
   o.one("weft_spill_disk_bytes", "gauge", "Parked KV data on disk", st.disk_bytes);
 
