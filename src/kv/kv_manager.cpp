@@ -280,6 +280,7 @@ void KvManager::set_parked(KvHandle &h, std::shared_ptr<ParkedKv> blob, std::uin
 
 void KvManager::to_recompute(KvHandle &h, bool has_history) {
   h.jumps.clear();  // decoded again, image by image
+  h.exact = 0;      // nothing decoded: what it will decode is exact again from 0
   h.parked.reset();
   h.parked_n = 0;
   h.where = has_history ? Residency::recompute : Residency::resident;
@@ -435,7 +436,10 @@ void KvManager::move(KvHandle &dst, KvHandle &&src) {
 void KvManager::verify(const KvHandle &h) const {
   if (h.seq < 0) return;
   if (holders_[h.seq] != &h || h.tokens.size() != h.cells.size() || h.exact > h.n()) {
-    fail(Errc::backend, fmt::format("KV handle of sequence {} out of step with its manager", h.seq));
+    fail(Errc::backend, fmt::format("KV handle of sequence {} out of step with its manager ({}; {} tokens, {} cells, "
+                                    "{} exact)",
+                                    h.seq, holders_[h.seq] == &h ? "held by it" : "held by another", h.tokens.size(),
+                                    h.cells.size(), h.exact));
   }
   auto *mem = llama_get_memory(ctx_);
   const llama_pos lo = llama_memory_seq_pos_min(mem, h.seq);
