@@ -101,6 +101,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
       const std::uint32_t pos = s.start + s.done;
       const llama_pos at = c.kv.pos(pos);  // past an M-RoPE image, positions and indices part
       part.output = n == c.n_queued();
+      part.checkpoint_seq = part.output && !c.gen_token_queued && !kv->family().cuts() ? c.kv.seq : -1;
       // (A retry after a failed decode keeps the job the first try claimed.)
       if (part.output && part.job < 0) part.job = claim_early_sample_locked(c, n);
       if (part.output && part.job < 0) {
@@ -186,6 +187,9 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
         if (!part.output) continue;
         part.row = row - 1;
         const float *lg = llama_get_logits_ith(ctx, part.row);
+        if (part.checkpoint_seq >= 0) {
+          part.checkpoint = kv->copy_checkpoint(part.checkpoint_seq, std::span(lg, static_cast<std::size_t>(n_vocab)));
+        }
         if (part.job >= 0) {
           sample_job(scratch.run.early[static_cast<std::size_t>(part.job)], lg);
         } else {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exec/conv.hpp"
+#include "kv/kv_manager.hpp"
 
 namespace weft::detail {
 
@@ -39,6 +40,11 @@ struct Part {
   std::int32_t job = -1;
   // When output: its row in the decode's logits (set by the run stage).
   std::int32_t row = -1;
+  // A recurrent model's prompt end: its sequence (-1: none), whose state the
+  // run stage copies with the lock released, and the copy, which the update
+  // stage hands to the conversation's KV handle (KvManager::checkpoint).
+  std::int32_t checkpoint_seq = -1;
+  StateCheckpoint checkpoint;
 };
 
 // Media decoded in this step, from its embeddings (media.cpp): a whole

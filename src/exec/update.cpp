@@ -1,8 +1,6 @@
 // The update stage: commit what a decode produced, sample generations whose
 // logits are ready (outside the lock), finish them, post events and run the
 // on_token callbacks.
-#include <llama.h>
-
 #include <fmt/format.h>
 
 #include <chrono>
@@ -52,10 +50,7 @@ void ExecutorCore::commit_part(Segment &s, const Part &part, StepResult &result)
   c.queue.pop_front(n);
   // A prompt's end (not a sampled token's): where a recurrent model's
   // rewinds of the reply, and forks of the prompt, go on from.
-  // (Its logits are still llama.cpp's: no decode since.)
-  if (c.queue.empty() && !c.gen_token_queued && part.output && part.row >= 0 && !kv->family().cuts()) {
-    kv->checkpoint(c.kv, std::span(llama_get_logits_ith(ctx, part.row), static_cast<std::size_t>(n_vocab)));
-  }
+  if (part.checkpoint.state) kv->checkpoint(c.kv, part.checkpoint);
   c.has_logits = part.output && part.job < 0;
   if (c.has_logits) c.logits.swap(scratch.run.staging[part.staged]);  // copied with the lock released (run.cpp)
   c.gen_token_queued = false;

@@ -12,18 +12,22 @@
 
 namespace weft::detail {
 
-void KvManager::checkpoint(KvHandle &h, std::span<const float> logits) {
-  if (family_.cuts() || h.seq < 0 || h.n() == 0) return;
-  if (!h.checkpoints.empty() && h.checkpoints.back().n == h.n()) return;
-  const std::size_t size = llama_state_seq_get_size_ext(ctx_, h.seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+StateCheckpoint KvManager::copy_checkpoint(int seq, std::span<const float> logits) const {
+  if (family_.cuts() || seq < 0) return {};
+  const std::size_t size = llama_state_seq_get_size_ext(ctx_, seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
   auto state = std::make_shared<std::vector<std::uint8_t>>(size);
   if (size == 0 ||
-      llama_state_seq_get_data_ext(ctx_, state->data(), size, h.seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) != size) {
-    return;  // none kept: a cut decodes from the start, as without
+      llama_state_seq_get_data_ext(ctx_, state->data(), size, seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) != size) {
+    return {};  // none kept: a cut decodes from the start, as without
   }
+  return {0, std::move(state), std::make_shared<const std::vector<float>>(logits.begin(), logits.end())};
+}
+
+void KvManager::checkpoint(KvHandle &h, const StateCheckpoint &c) {
+  if (family_.cuts() || h.seq < 0 || h.n() == 0 || !c.state) return;
+  if (!h.checkpoints.empty() && h.checkpoints.back().n == h.n()) return;
   if (h.checkpoints.size() >= kMaxCheckpoints) h.checkpoints.erase(h.checkpoints.begin());
-  h.checkpoints.push_back({h.n(), std::move(state),
-                           std::make_shared<const std::vector<float>>(logits.begin(), logits.end())});
+  h.checkpoints.push_back({h.n(), c.state, c.logits});
   ++counters_.checkpoints;
 }
 

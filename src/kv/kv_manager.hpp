@@ -163,11 +163,15 @@ class KvManager {
   // inside an M-RoPE image (what the decode left cannot be told from the
   // image's cells): truncate to the image's start instead.
   bool roll_back(KvHandle &h);
-  // A recurrent model's h, its input decoded up to now (a prompt's end):
-  // keeps its state, so that a later cut at or after this position (a
-  // reply rewound, a fork of the prompt) decodes from here (the latest
-  // kMaxCheckpoints are kept). Nothing for other families.
-  void checkpoint(KvHandle &h, std::span<const float> logits);
+  // A recurrent model's state of sequence `seq` as it is now, with the
+  // logits of its last position (empty `state` on failure or for other
+  // families). Touches only llama.cpp's data of `seq`: callable with the
+  // state lock released, by the stepping thread, between decodes.
+  StateCheckpoint copy_checkpoint(int seq, std::span<const float> logits) const;
+  // h's input decoded up to now (a prompt's end), `c` copied just after:
+  // kept, so that a later cut at or after this position (a reply rewound,
+  // a fork of the prompt) decodes from here (the latest kMaxCheckpoints).
+  void checkpoint(KvHandle &h, const StateCheckpoint &c);
   static constexpr std::size_t kMaxCheckpoints = 2;
   // The logits a checkpoint of h kept for `history`'s last position, when h
   // (resident, holding `history` or more) has one there; else null.

@@ -16,6 +16,7 @@
 #include "common.hpp"
 #include "exec/test_access.hpp"
 #include "reference.hpp"
+#include "weft/make_model.hpp"
 
 namespace {
 
@@ -42,8 +43,7 @@ void expect_cache_exact(weft::Executor &ex) {
   }
 }
 
-void expect_logits_fresh(const weft::Conversation &c) {
-  const auto &m = weft_test::tiny();
+void expect_logits_fresh(const weft::Conversation &c, const weft::Model &m = weft_test::tiny()) {
   ASSERT_TRUE(c.has_logits());
   EXPECT_LT(weft_test::nmse(c.logits(), reference_logits(m, c.tokens())), weft_test::logits_tolerance(m));
 }
@@ -243,9 +243,8 @@ TEST(NoWait, CallsReturnWhileAStepSamples) {
 // Seeded random game threads against a running worker: whatever interleaving
 // of operations and steps happens, the cache ends exact and every
 // conversation's logits equal a fresh decode of its tokens.
-TEST(NoWait, RandomOperationsAgainstAWorkerKeepEveryConversationExact) {
-  const auto &m = weft_test::tiny();
-  for (std::uint32_t seed = 1; seed <= 4; ++seed) {
+void random_operations_against_a_worker(const weft::Model &m, std::uint32_t seeds) {
+  for (std::uint32_t seed = 1; seed <= seeds; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937 rng(seed);
     auto p = params();
@@ -294,8 +293,28 @@ TEST(NoWait, RandomOperationsAgainstAWorkerKeepEveryConversationExact) {
       if (c.disposed() || c.n_tokens() == 0) continue;
       SCOPED_TRACE(c.id());
       EXPECT_EQ(c.n_queued(), 0u);
-      expect_logits_fresh(c);
+      expect_logits_fresh(c, m);
     }
+  }
+}
+
+TEST(NoWait, RandomOperationsAgainstAWorkerKeepEveryConversationExact) {
+  random_operations_against_a_worker(weft_test::tiny(), 4);
+}
+
+// The same on a sliding-window, a hybrid and a recurrent model, whose cuts
+// re-decode or restore checkpoints (their state copied with the lock
+// released, between decodes).
+TEST(NoWait, RandomOperationsAgainstAWorkerOnEveryModelFamily) {
+  const auto dir = weft_test::temp_dir("nowait-families");
+  for (auto arch : {weft::ModelArch::gemma3, weft::ModelArch::lfm2, weft::ModelArch::mamba}) {
+    SCOPED_TRACE(weft::model_arch_name(arch));
+    const auto path = (dir / (std::string(weft::model_arch_name(arch)) + ".gguf")).string();
+    weft::MakeModelParams mp;
+    mp.arch = arch;
+    mp.out = path;
+    weft::make_model(mp);
+    random_operations_against_a_worker(weft::Model::load({.path = path}), 2);
   }
 }
 
