@@ -304,7 +304,8 @@ struct ExecutorStats {
   // Conversations decoded again from their start because the model's memory
   // could not be cut or shared where an operation asked (a recurrent or
   // hybrid model's state; a sliding window whose cells llama.cpp reused:
-  // docs/MODELS.md), and the positions that took.
+  // docs/EXECUTOR.md, "Model families"), and the positions decoded again
+  // (from the start, or from a recurrent model's checkpoint).
   std::uint64_t redecodes = 0;
   std::uint64_t redecode_tokens = 0;
   double park_ms = 0;            // total time spent parking

@@ -123,8 +123,9 @@ class WEFT_API Model {
   // anywhere exactly; a sliding window (Gemma 3) exactly while llama.cpp has
   // not reused the window's older cells, else the conversation is decoded
   // again; a recurrent or hybrid model (Mamba, LFM2) keeps one state per
-  // conversation, so a cut inside it is decoded again from the start
-  // (ExecutorStats::redecodes). docs/MODELS.md has the table.
+  // conversation, so a cut inside it is decoded again from its last
+  // checkpoint or the start (ExecutorStats::redecodes). docs/EXECUTOR.md,
+  // "Model families", has the table.
   enum class Memory { plain, sliding_window, recurrent, hybrid };
   Memory memory() const noexcept;
   // The attention window of a sliding-window model in tokens; 0 otherwise.

@@ -262,11 +262,23 @@ std::int32_t Model::n_embd() const noexcept { return llama_model_n_embd(impl_->m
 std::int32_t Model::n_layer() const noexcept { return llama_model_n_layer(impl_->model); }
 std::uint64_t Model::n_params() const noexcept { return llama_model_n_params(impl_->model); }
 std::uint64_t Model::size_bytes() const noexcept { return llama_model_size(impl_->model); }
-Model::Memory Model::memory() const noexcept {
-  if (llama_model_is_hybrid(impl_->model)) return Memory::hybrid;
-  if (llama_model_is_recurrent(impl_->model)) return Memory::recurrent;
-  return llama_model_n_swa(impl_->model) > 0 ? Memory::sliding_window : Memory::plain;
+Model::Memory detail::memory_of(const llama_model *model) noexcept {
+  if (llama_model_is_hybrid(model)) return Model::Memory::hybrid;
+  if (llama_model_is_recurrent(model)) return Model::Memory::recurrent;
+  return llama_model_n_swa(model) > 0 ? Model::Memory::sliding_window : Model::Memory::plain;
 }
+
+const char *detail::memory_name(Model::Memory memory) noexcept {
+  switch (memory) {
+    case Model::Memory::plain: return "plain attention";
+    case Model::Memory::sliding_window: return "a sliding window";
+    case Model::Memory::recurrent: return "recurrent";
+    case Model::Memory::hybrid: return "hybrid";
+  }
+  return "?";
+}
+
+Model::Memory Model::memory() const noexcept { return detail::memory_of(impl_->model); }
 std::int32_t Model::sliding_window() const noexcept { return llama_model_n_swa(impl_->model); }
 Token Model::bos() const noexcept { return llama_vocab_bos(impl_->vocab); }
 Token Model::eos() const noexcept { return llama_vocab_eos(impl_->vocab); }

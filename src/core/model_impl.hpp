@@ -49,4 +49,12 @@ struct Model::Impl {
   ~Impl();
 };
 
+namespace detail {
+// Model::memory() of a llama.cpp model, from its own queries (is_hybrid,
+// is_recurrent, n_swa): one reading for the public API and the KV manager.
+Model::Memory memory_of(const llama_model *model) noexcept;
+// "plain attention", "a sliding window", "recurrent", "hybrid": for messages.
+const char *memory_name(Model::Memory memory) noexcept;
+}  // namespace detail
+
 }  // namespace weft

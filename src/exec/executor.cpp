@@ -30,9 +30,7 @@ void validate(const Model &model, const ExecutorParams &p) {
   if (p.projector && model.memory() != Model::Memory::plain) {
     bad(fmt::format("ExecutorParams.projector: images need a model with plain attention; this model's memory is {} "
                     "(docs/EXECUTOR.md, \"Model families\")",
-                    model.memory() == Model::Memory::sliding_window ? "a sliding window"
-                    : model.memory() == Model::Memory::recurrent    ? "recurrent"
-                                                                    : "hybrid"));
+                    memory_name(model.memory())));
   }
   const auto max_seq = static_cast<std::uint32_t>(std::min<std::size_t>(256, llama_max_parallel_sequences()));
   if (p.n_seq_max < 1 || p.n_seq_max > max_seq) {

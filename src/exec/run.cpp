@@ -185,8 +185,7 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
         if (segments[part.seg].failed) continue;
         row += static_cast<int>(part.n);
         if (!part.output) continue;
-        part.row = row - 1;
-        const float *lg = llama_get_logits_ith(ctx, part.row);
+        const float *lg = llama_get_logits_ith(ctx, row - 1);
         if (part.checkpoint_seq >= 0) {
           part.checkpoint = kv->copy_checkpoint(part.checkpoint_seq, std::span(lg, static_cast<std::size_t>(n_vocab)));
         }

@@ -38,8 +38,6 @@ struct Part {
   // When output and its conversation is generating: its token is sampled
   // straight from llama.cpp's logits (RunBuffers::early[job]), not staged.
   std::int32_t job = -1;
-  // When output: its row in the decode's logits (set by the run stage).
-  std::int32_t row = -1;
   // A recurrent model's prompt end: its sequence (-1: none), whose state the
   // run stage copies with the lock released, and the copy, which the update
   // stage hands to the conversation's KV handle (KvManager::checkpoint).

@@ -28,7 +28,6 @@ void KvManager::checkpoint(KvHandle &h, const StateCheckpoint &c) {
   if (!h.checkpoints.empty() && h.checkpoints.back().n == h.n()) return;
   if (h.checkpoints.size() >= kMaxCheckpoints) h.checkpoints.erase(h.checkpoints.begin());
   h.checkpoints.push_back({h.n(), c.state, c.logits});
-  ++counters_.checkpoints;
 }
 
 const std::vector<float> *KvManager::checkpoint_logits(const KvHandle &h, std::span<const Token> history) const {
@@ -63,7 +62,6 @@ bool KvManager::cut_at_checkpoint(KvHandle &h, std::uint32_t pos) {
   h.exact = std::min(h.exact, n);
   reindex(h, n);
   ++counters_.redecodes;
-  ++counters_.checkpoint_restores;
   counters_.redecode_tokens += pos - n;
   return true;
 }

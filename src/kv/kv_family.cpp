@@ -7,21 +7,17 @@
 
 #include <algorithm>
 
+#include "core/model_impl.hpp"
+
 namespace weft::detail {
 
-KvFamily::KvFamily(const llama_model *model) {
+KvFamily::KvFamily(const llama_model *model) : memory_(memory_of(model)) {
   char arch[64] = "";
   llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
-  if (llama_model_is_recurrent(model) || llama_model_is_hybrid(model)) {
-    kind_ = Kind::recurrent;
-    name_ = fmt::format("{} ({})", llama_model_is_hybrid(model) ? "hybrid" : "recurrent", arch);
-  } else if (llama_model_n_swa(model) > 0) {
-    kind_ = Kind::sliding_window;
-    n_swa_ = llama_model_n_swa(model);
-    name_ = fmt::format("sliding-window attention (window {}, {})", n_swa_, arch);
-  } else {
-    name_ = "plain attention";
-  }
+  if (memory_ == Model::Memory::sliding_window) n_swa_ = llama_model_n_swa(model);
+  name_ = plain()    ? std::string(memory_name(memory_))
+          : n_swa_ > 0 ? fmt::format("{} of {} tokens ({})", memory_name(memory_), n_swa_, arch)
+                       : fmt::format("{} ({})", memory_name(memory_), arch);
 }
 
 bool KvFamily::holds(llama_memory_i *mem, int seq, std::int32_t first, std::int32_t next) const {
@@ -29,17 +25,18 @@ bool KvFamily::holds(llama_memory_i *mem, int seq, std::int32_t first, std::int3
   const llama_pos hi = llama_memory_seq_pos_max(mem, seq);
   if (next <= first) return hi == -1;
   if (hi != next - 1) return false;
-  switch (kind_) {
-    case Kind::plain: return lo == first;
+  switch (memory_) {
+    case Model::Memory::plain: return lo == first;
     // A token at p sees the cells at p - n_swa + 1 .. p (llama.cpp's
     // standard window; a chunked window needs no more), and llama.cpp
     // reuses only cells out of their sequence's window: what is there runs
     // without gaps from `lo` on. (For a sliding window llama.cpp reports
     // the window layers' lowest position.)
-    case Kind::sliding_window: return lo >= first && lo <= std::max(first, next - n_swa_ + 1);
+    case Model::Memory::sliding_window: return lo >= first && lo <= std::max(first, next - n_swa_ + 1);
     // One state, of position hi (a hybrid reports the larger of its two
     // lowest positions, the state's).
-    case Kind::recurrent: return first == 0;
+    case Model::Memory::recurrent:
+    case Model::Memory::hybrid: return first == 0;
   }
   return false;
 }

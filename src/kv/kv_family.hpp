@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <string>
 
+#include "weft/model.hpp"
+
 struct llama_model;
 struct llama_memory_i;
 
@@ -24,18 +26,16 @@ namespace weft::detail {
 
 class KvFamily {
  public:
-  enum class Kind { plain, sliding_window, recurrent };
-
   explicit KvFamily(const llama_model *model);
 
-  Kind kind() const noexcept { return kind_; }
-  bool plain() const noexcept { return kind_ == Kind::plain; }
+  Model::Memory memory() const noexcept { return memory_; }
+  bool plain() const noexcept { return memory_ == Model::Memory::plain; }
   // Whether positions can be removed from a sequence's end (and a prefix
   // copied) without decoding it again.
-  bool cuts() const noexcept { return kind_ != Kind::recurrent; }
+  bool cuts() const noexcept { return plain() || memory_ == Model::Memory::sliding_window; }
   int window() const noexcept { return n_swa_; }
-  // "plain attention", "sliding-window attention (window 16)", "recurrent
-  // (mamba)", "hybrid (lfm2)": for messages and `weft info`.
+  // "plain attention", "a sliding window of 16 tokens (gemma3)", "recurrent
+  // (mamba)", "hybrid (lfm2)": for messages.
   const std::string &name() const noexcept { return name_; }
 
   // Whether `seq` holds what decoding position `next` exactly needs, its
@@ -46,7 +46,7 @@ class KvFamily {
   bool holds(llama_memory_i *mem, int seq, std::int32_t first, std::int32_t next) const;
 
  private:
-  Kind kind_ = Kind::plain;
+  Model::Memory memory_ = Model::Memory::plain;
   int n_swa_ = 0;
   std::string name_;
 };

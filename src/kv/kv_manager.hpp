@@ -98,8 +98,6 @@ struct KvCounters {
   // checkpoint), as the model's memory could not be cut where asked
   // (KvFamily), and the positions that are decoded again.
   std::uint64_t redecodes = 0, redecode_tokens = 0;
-  // Recurrent states kept (KvManager::checkpoint) and cuts that began from one.
-  std::uint64_t checkpoints = 0, checkpoint_restores = 0;
 };
 
 class KvManager {
