@@ -50,7 +50,7 @@ double batch_noise_floor(const weft::Model &m) {
   static std::map<std::uint64_t, double> seen;
   std::lock_guard lock(mu);
   if (auto it = seen.find(m.fingerprint()); it != seen.end()) return it->second;
-  return seen[m.fingerprint()] = cached_measurement("noise-floor.txt", fmt::format("{:016x}", m.fingerprint()),
+  return seen[m.fingerprint()] = cached_measurement("noise-floor.txt", fmt::format("{:016x}", m.fingerprint()) + reference_kernel_key(),
                                                     [&m] { return measure_noise_floor(m); });
 }
 
@@ -80,7 +80,7 @@ double measure_batch_noise(const weft::Model &m, int scenarios, const std::funct
       std::vector<std::vector<weft::Token>> seqs;
       for (int s = 0; s < n_seq; ++s) seqs.push_back(random_tokens(rng, m, 4 + static_cast<int>(rng() % 60), true));
 
-      auto p = llama_context_default_params();
+      auto p = reference_context_params();
       p.n_ctx = 1024;
       p.n_batch = static_cast<uint32_t>(n_batch);
       p.n_ubatch = static_cast<uint32_t>(n_batch);

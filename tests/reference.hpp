@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <llama.h>
 
+#include <cstdlib>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common.hpp"
@@ -14,11 +16,32 @@
 
 namespace weft_test {
 
+// Context parameters for every reference decode: llama.cpp's defaults with
+// the attention kernel the executors under test use. The test presets set
+// WEFT_FLASH_ATTN=off; llama.cpp's default (auto) would pick flash attention
+// on the CPU, and the two kernels differ by more than batching does (4.7x
+// the batch noise floor on the generated gemma3, 0.9x on llama), so a
+// reference on the other kernel is no reference.
+inline llama_context_params reference_context_params() {
+  auto p = llama_context_default_params();
+  const char *env = std::getenv("WEFT_FLASH_ATTN");
+  const std::string v = env != nullptr ? env : "";
+  if (v == "off") p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  if (v == "on") p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+  return p;
+}
+// The kernel as part of a cached measurement's key: a floor measured on one
+// kernel is not the other's.
+inline std::string reference_kernel_key() {
+  const char *env = std::getenv("WEFT_FLASH_ATTN");
+  return std::string(";fa=") + (env != nullptr && *env != '\0' ? env : "auto");
+}
+
 // Logits of the last token of `tokens`, decoded alone on a fresh context in
 // chunks of `chunk` tokens.
 inline std::vector<float> reference_logits(const weft::Model &m, const std::vector<weft::Token> &tokens,
                                            int chunk = 64, uint32_t n_ctx = 1024) {
-  auto p = llama_context_default_params();
+  auto p = reference_context_params();
   p.n_ctx = n_ctx;
   p.n_batch = static_cast<uint32_t>(chunk);
   p.n_ubatch = static_cast<uint32_t>(chunk);

@@ -126,7 +126,7 @@ inline void ref_apply(llama_context *ctx, const RefSetting &s) {
 
 // Last-token logits of `tokens` decoded alone, each part under its setting.
 inline std::vector<float> ref_logits(const std::vector<Token> &tokens, const std::vector<RefPart> &parts, int chunk = 32) {
-  auto p = llama_context_default_params();
+  auto p = weft_test::reference_context_params();
   p.n_ctx = 1024;
   p.n_batch = p.n_ubatch = 32;
   p.n_seq_max = 1;
@@ -173,7 +173,7 @@ inline double setting_floor(const RefSetting &s) {
 // models by the model's fingerprint and the setting (the files are the same
 // bytes in every process: seeded).
 inline double cached_floor(const RefSetting &s) {
-  std::string key = fmt::format("{:016x}", deep().fingerprint());
+  std::string key = fmt::format("{:016x}", deep().fingerprint()) + weft_test::reference_kernel_key();
   for (const RefUse &u : s) key += fmt::format(";{}:{}:{}:{}", u.path.filename().string(), u.scale, u.l0, u.l1);
   return weft_test::cached_measurement("adapter-floors.txt", key, [&] { return setting_floor(s); });
 }

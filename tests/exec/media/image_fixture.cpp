@@ -133,7 +133,7 @@ std::vector<float> reference(const std::vector<Part> &parts, int n_batch,
                              const std::vector<std::vector<weft::Token>> &neighbours, std::mt19937 *rng,
                              const Fixture &f) {
   const auto &m = f.model;
-  auto p = llama_context_default_params();
+  auto p = weft_test::reference_context_params();
   p.n_ctx = f.n_ctx;
   p.n_batch = p.n_ubatch = static_cast<std::uint32_t>(n_batch);
   p.n_seq_max = static_cast<std::uint32_t>(1 + neighbours.size());
