@@ -146,9 +146,9 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
   cp.n_threads = threads;
   cp.n_threads_batch = threads;
   cp.kv_unified = true;  // forks share cells; per-slot caches split the context
-  // A sliding window's layers keep every cell until the cache needs it, as
-  // other layers do: rewinds and forks stay exact, and the ledger counts
-  // for both (KvFamily says what happens when llama.cpp reuses them).
+  // A sliding window's layers get as many cells as the others, so they can
+  // keep cells the window has passed (rewinds and forks stay cheap) and the
+  // ledger counts for both; llama.cpp may still reuse those (KvFamily).
   cp.swa_full = true;
   cp.type_k = to_ggml(params.kv_type);
   cp.type_v = to_ggml(params.kv_type);

@@ -29,9 +29,11 @@ bool KvFamily::holds(llama_memory_i *mem, int seq, std::int32_t first, std::int3
     case Model::Memory::plain: return lo == first;
     // A token at p sees the cells at p - n_swa + 1 .. p (llama.cpp's
     // standard window; a chunked window needs no more), and llama.cpp
-    // reuses only cells out of their sequence's window: what is there runs
-    // without gaps from `lo` on. (For a sliding window llama.cpp reports
-    // the window layers' lowest position.)
+    // reuses only cells out of their sequence's window, and then drops the
+    // sequence's positions below them: what is there runs without gaps from
+    // `lo` on. Weft keeps it so: it copies no cells in behind a gap (reuse,
+    // unshare_tail). (For a sliding window llama.cpp reports the window
+    // layers' lowest position.)
     case Model::Memory::sliding_window: return lo >= first && lo <= std::max(first, next - n_swa_ + 1);
     // One state, of position hi (a hybrid reports the larger of its two
     // lowest positions, the state's).

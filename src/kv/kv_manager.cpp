@@ -239,7 +239,13 @@ bool KvManager::unshare_tail(KvHandle &h, std::uint32_t from) {
   const bool ok = copy_out(scratch_seq_, bytes);
   seq_rm(scratch_seq_, -1, -1);
   // Loading a sequence's data makes new cells: the scratch holds the copies.
-  if (!ok || !load_into(scratch_seq_, bytes, h.n(), h.jumps, from)) return false;
+  if (!ok || load_into(scratch_seq_, bytes, h.n(), h.jumps, from) != Loaded::ok) return false;
+  // A window's data holds the cells its window sees, not the whole tail: h
+  // would have a gap where the tail's older ones were.
+  if (!family_.plain() && llama_memory_seq_pos_min(mem, scratch_seq_) != p) {
+    seq_rm(scratch_seq_, -1, -1);
+    return false;
+  }
   seq_rm(h.seq, p, -1);
   llama_memory_seq_cp(mem, scratch_seq_, h.seq, p, -1);
   seq_rm(scratch_seq_, -1, -1);
@@ -341,8 +347,8 @@ bool KvManager::finish_park(KvHandle &h, std::shared_ptr<ParkedKv> blob, double 
   return true;
 }
 
-bool KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n,
-                          std::span<const PosJump> jumps, std::uint32_t from) {
+KvManager::Loaded KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n,
+                                       std::span<const PosJump> jumps, std::uint32_t from) {
   auto *mem = llama_get_memory(ctx_);
   std::vector<std::uint8_t> flipped;
   bytes = in_v_layout(bytes, v_trans_, flipped);
@@ -355,12 +361,15 @@ bool KvManager::load_into(int seq, std::span<const std::uint8_t> bytes, std::uin
   // when n ends inside an M-RoPE image (part of it decoded): data taken
   // then holds exactly n, as cuts fall on an image's edges. Nor for a
   // recurrent state, which is of its last position only (holds() refuses).
+  bool cut = false;
   if (ok && family_.cuts() && jump_floor(jumps, n) == n && llama_memory_seq_pos_max(mem, seq) >= pos_at(jumps, n)) {
     seq_rm(seq, pos_at(jumps, n), -1);
+    cut = true;
   }
-  if (ok && !family_.plain()) ok = family_.holds(mem, seq, first, pos_at(jumps, n));
-  if (!ok) seq_rm(seq, -1, -1);
-  return ok;
+  Loaded out = ok ? Loaded::ok : Loaded::refused;
+  if (ok && !family_.plain() && !family_.holds(mem, seq, first, pos_at(jumps, n))) out = cut ? Loaded::stale : Loaded::refused;
+  if (out != Loaded::ok) seq_rm(seq, -1, -1);
+  return out;
 }
 
 KvManager::Restore KvManager::restore(KvHandle &h, std::span<const Token> history, std::uint64_t conv_id) {
@@ -394,8 +403,9 @@ bool KvManager::load_parked(int seq, const ParkedKv &blob, std::uint32_t n, std:
     std::vector<std::uint8_t> read;
     std::span<const std::uint8_t> bytes = blob.ram();
     if (blob.tier() != Tier::ram) bytes = read = blob.bytes();
-    if (load_into(seq, bytes, n, jumps)) return true;
-    why = "llama.cpp refused the KV data";
+    const Loaded r = load_into(seq, bytes, n, jumps);
+    if (r == Loaded::ok) return true;
+    if (r == Loaded::refused) why = "llama.cpp refused the KV data";  // stale: no news, decoded again
   } catch (const Error &e) {
     why = e.what();
   }
@@ -409,7 +419,9 @@ KvManager::Restore KvManager::finish_restore(KvHandle &h, int seq, bool ok, std:
   if (!ok) {
     // Nothing is lost: the tokens are still there.
     free_seq(seq);
-    log_warning(fmt::format("restoring conversation {} failed ({}); re-decoding it from its tokens", conv_id, why));
+    if (!why.empty()) {
+      log_warning(fmt::format("restoring conversation {} failed ({}); re-decoding it from its tokens", conv_id, why));
+    }
     to_recompute(h, true);
     return Restore::recompute;
   }

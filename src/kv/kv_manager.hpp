@@ -206,7 +206,8 @@ class KvManager {
   // no room), load the parked data into it (no lock; `why` says why not),
   // finish (under the lock).
   int reserve_restore(const KvHandle &h);
-  // `jumps`: h's (a copy: read without the lock).
+  // `jumps`: h's (a copy: read without the lock). `why` is left empty when
+  // the data is good but was rewound past what it can go on from.
   bool load_parked(int seq, const ParkedKv &blob, std::uint32_t n, std::span<const PosJump> jumps, std::string &why);
   // `history` holds at least n tokens: those of the restored positions.
   Restore finish_restore(KvHandle &h, int seq, bool ok, std::span<const Token> history, const std::string &why,
@@ -276,8 +277,12 @@ class KvManager {
   void count_recompute() noexcept { ++counters_.recomputes; }
 
  private:
-  bool load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n, std::span<const PosJump> jumps,
-                 std::uint32_t from = 0);
+  // What loading KV data into a sequence came to: `stale` when the data was
+  // good but, cut to n positions (rewound since it was taken), no longer
+  // holds what the next position needs (a window's cells, a state's position).
+  enum class Loaded { ok, refused, stale };
+  Loaded load_into(int seq, std::span<const std::uint8_t> bytes, std::uint32_t n, std::span<const PosJump> jumps,
+                   std::uint32_t from = 0);
   // The one way KV data leaves the cache: seq's state into `out` (resized).
   bool copy_out(int seq, std::vector<std::uint8_t> &out) const;
   std::string failure() const { return failure_ ? failure_() : std::string(); }

@@ -42,8 +42,12 @@ bool KvManager::import_kv(KvHandle &h, std::vector<std::uint8_t> &&bytes, std::s
       to_recompute(h, true);
       return false;
     }
-    if (!load_into(seq, bytes, n, jumps, from)) {
+    if (const Loaded r = load_into(seq, bytes, n, jumps, from); r != Loaded::ok) {
       free_seq(seq);
+      if (r == Loaded::stale) {  // rewound before the import, past what the data can go on from
+        to_recompute(h, true);
+        return false;
+      }
       fail(Errc::corrupt, fmt::format("llama.cpp refused the KV data of the conversation state ({} bytes for {} "
                                       "tokens): another context type or a damaged file",
                                       bytes.size(), n));

@@ -58,6 +58,12 @@ std::uint32_t KvManager::reuse(KvHandle &h, std::span<const Token> want, std::ui
   }
   // Same tokens, same images: the donor's positions are h's.
   auto *mem = llama_get_memory(ctx_);
+  // A window's cells llama.cpp took from the donor would leave a gap behind
+  // h's own, which holds() cannot see (it reads the lowest position).
+  if (!family_.plain() && pos > 0 && llama_memory_seq_pos_min(mem, d.h->seq) > d.h->pos(pos)) {
+    ++counters_.prefix_misses;
+    return 0;
+  }
   llama_memory_seq_cp(mem, d.h->seq, h.seq, d.h->pos(pos), d.h->pos(d.n));
   if (!family_.plain() && !family_.holds(mem, h.seq, 0, d.h->pos(d.n))) {
     seq_rm(h.seq, h.pos(pos), -1);  // the donor's window lost cells h would need

@@ -17,6 +17,7 @@
 
 #include "common.hpp"
 #include "reference.hpp"
+#include "weft/log.hpp"
 #include "weft/executor.hpp"
 #include "weft/make_adapter.hpp"
 #include "weft/make_mmproj.hpp"
@@ -224,6 +225,92 @@ TEST(ModelFamilies, AWindowWhoseCellsWereReusedIsDecodedAgain) {
   EXPECT_EQ(check.compared, 3);
 }
 
+// A prefix shared from a conversation whose oldest window cells llama.cpp
+// reused would leave a gap behind the sharer's own cells, which a later
+// rewind into it would attend across: such a donor is passed over.
+TEST(ModelFamilies, APrefixIsNotSharedAcrossAWindowsLostCells) {
+  const Model &m = model_of(kFamilies[0]);
+  ASSERT_EQ(m.sliding_window(), 16);
+  std::mt19937 rng(14);
+  weft::Executor ex(m, {.n_ctx = 256, .n_batch = 64, .n_seq_max = 4, .n_threads = 2});
+  const auto text = random_tokens(rng, m, 60, true);
+  const std::vector<weft::Token> head(text.begin(), text.begin() + 8), rest(text.begin() + 8, text.end());
+  auto f = ex.create(), h = ex.create(), d = ex.create(), e = ex.create();
+  f.prompt(random_tokens(rng, m, 8, true));  // cells 0..7
+  run_until_idle(ex);
+  h.prompt(head);  // cells 8..15
+  run_until_idle(ex);
+  d.prompt(text);  // cells 16..75, its positions to 44 out of its window
+  run_until_idle(ex);
+  f.dispose();  // the search starts again at cell 0
+  e.prompt(random_tokens(rng, m, 20, true));  // cells 0..7, then d's positions 0..11
+  run_until_idle(ex);
+  h.prompt(rest);
+  h.prompt(random_tokens(rng, m, 5));
+  run_until_idle(ex);
+  Checker check{m, weft_test::logits_tolerance(m)};
+  check(h, "after the prompt");
+  h.rewind(h.n_tokens() - 20);  // position 19 sees 4..19
+  run_until_idle(ex);
+  check(h, "rewound to where the donor had lost its cells");
+  check(d, "the donor");
+  EXPECT_EQ(check.compared, 3);
+}
+
+// A removal from a window conversation whose tail a fork shares copies the
+// tail first; a window's data holds only what the window sees, so such a
+// copy would leave a gap: the tail is decoded again instead, exactly.
+TEST(ModelFamilies, ARemovalWhoseSharedTailOutrunsTheWindowIsDecodedAgain) {
+  const Model &m = model_of(kFamilies[0]);
+  std::mt19937 rng(15);
+  weft::Executor ex(m, {.n_ctx = 256, .n_batch = 64, .n_seq_max = 3, .n_threads = 2});
+  auto a = ex.create();
+  a.prompt(random_tokens(rng, m, 60, true));
+  run_until_idle(ex);
+  auto b = a.fork();
+  run_until_idle(ex);
+  a.remove(10, 20);  // the tail 20..59 is b's too, and longer than the window
+  run_until_idle(ex);
+  Checker check{m, weft_test::logits_tolerance(m)};
+  check(a, "after the removal");
+  a.rewind(a.n_tokens() - 25);  // position 24 sees 9..24, once the tail's 29..38
+  run_until_idle(ex);
+  check(a, "rewound into the old tail");
+  check(b, "the fork");
+  EXPECT_EQ(check.compared, 3);
+}
+
+// A saved window conversation holds only its window's cells; loaded where
+// no slot is free it waits parked, and rewound meanwhile past that window it
+// is decoded again from its tokens when it runs: exactly, and with no
+// warning, as nothing went wrong.
+TEST(ModelFamilies, AWindowStateRewoundBeforeItsRestoreIsDecodedAgainQuietly) {
+  const Model &m = model_of(kFamilies[0]);
+  std::mt19937 rng(16);
+  weft::Executor ex(m, {.n_ctx = 256, .n_batch = 64, .n_seq_max = 1, .n_threads = 2, .spill = {.ram_bytes = 64ull << 20}});
+  auto a = ex.create();
+  a.prompt(random_tokens(rng, m, 40, true));
+  run_until_idle(ex);
+  const auto saved = a.save();
+  std::mutex mu;
+  std::vector<std::string> warnings;
+  weft::set_log_sink([&](weft::LogLevel, std::string_view line) {
+    std::lock_guard lock(mu);
+    warnings.emplace_back(line);
+  });
+  auto l = ex.load(saved);  // a holds the only slot: parked
+  l.rewind(10);  // position 29 sees 14..29; the data has 24..39
+  run_until_idle(ex);
+  weft::set_log_sink(nullptr);
+  Checker check{m, weft_test::logits_tolerance(m)};
+  check(l, "the loaded conversation");
+  check(a, "the one it was saved from");
+  EXPECT_EQ(check.compared, 2);
+  EXPECT_GE(ex.stats().recomputes, 1u);
+  std::lock_guard lock(mu);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+}
+
 // A recurrent state is kept at each prompt's end, with its logits: a reply
 // rewound to that end (a reroll), or a fork of the prompt, goes on from there
 // without decoding the prompt again; exactly as a fresh decode.
@@ -313,7 +400,7 @@ TEST(ModelFamilies, LoraMatchesLlamaCppOnWindowAndExpertModels) {
     run_until_idle(ex);
     const auto history = c.tokens();
 
-    auto p = llama_context_default_params();
+    auto p = weft_test::reference_context_params();
     p.n_ctx = 512;
     p.n_batch = p.n_ubatch = 64;
     p.n_seq_max = 1;
