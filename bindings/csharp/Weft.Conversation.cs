@@ -128,6 +128,15 @@ namespace Weft
         }
     }
 
+    // How a model writes a call (weft::ToolFormat; include/weft/tools.hpp).
+    public enum ToolFormat
+    {
+        Automatic = 0,  // GenerateParams: the model's (ModelInfo.ToolFormat); elsewhere Hermes
+        Hermes = 1,     // <tool_call>{"name", "arguments"}</tool_call>: Qwen, Hermes; weft's own
+        Llama3 = 2,     // {"name", "parameters"}: Llama 3.1-3.3
+        Mistral = 3,    // [TOOL_CALLS][{"name", "arguments"}]
+    }
+
     public enum ToolChoice
     {
         Automatic = 0,  // one call, or plain text that does not begin with '<'
@@ -143,19 +152,26 @@ namespace Weft
 
         // The system-prompt paragraph that lists the tools and the call
         // format (weft::tools_prompt); WeftException InvalidArgument for bad tools.
-        public static string Prompt(Tool[] tools)
+        public static string Prompt(Tool[] tools, ToolFormat format = ToolFormat.Hermes)
         {
             if (tools == null) throw new ArgumentNullException("tools");
             using (var mem = new CallMemory())
             {
                 var arr = ToNative(tools, mem);
                 return Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
-                    Native.weft_tools_prompt(arr, Native.Size(tools.Length), buf, cap, out len));
+                    Native.weft_tools_prompt_format(arr, Native.Size(tools.Length), (int)format, buf, cap, out len));
             }
         }
 
-        // The result of a call, to prompt back (weft::tool_result_prompt).
-        public static string ResultPrompt(string result) { return "<tool_response>\n" + result + "\n</tool_response>"; }
+        // The result of a call, to prompt back, as the format's templates
+        // write it (weft::tool_result_prompt).
+        public static string ResultPrompt(string result, ToolFormat format = ToolFormat.Hermes)
+        {
+            if (result == null) throw new ArgumentNullException("result");
+            var bytes = Native.Utf8z(result);
+            return Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
+                Native.weft_tool_result_prompt(bytes, (int)format, buf, cap, out len));
+        }
 
         internal static IntPtr ToNative(Tool[] tools, CallMemory mem)
         {
@@ -200,10 +216,12 @@ namespace Weft
         public int TopLogprobs;
         public const int MaxTopLogprobs = 20;
         // Actions the reply may take (include/weft/tools.hpp): a call in
-        // weft's format, or with ToolChoice.Automatic plain text; the call
-        // comes back as Generation.ToolCall. null or empty = none.
+        // ToolFormat (Automatic: the model's), or with ToolChoice.Automatic
+        // plain text; the call comes back as Generation.ToolCall. null or
+        // empty = none.
         public Tool[] Tools;
         public ToolChoice ToolChoice = ToolChoice.Automatic;
+        public ToolFormat ToolFormat = ToolFormat.Automatic;
         // Once, when the generation ends, with its reason: on the stepping
         // thread after its last OnToken (at the end of that step, or of the
         // next one when Cancel, a rewind or a dispose on another thread ended
@@ -361,6 +379,7 @@ namespace Weft
                     n.n_tools = Native.Size(p.Tools.Length);
                 }
                 n.tool_choice = (int)p.ToolChoice;
+                n.tool_format = (int)p.ToolFormat;
                 if (p.Stop != null && p.Stop.Length > 0)
                 {
                     var ptrs = new IntPtr[p.Stop.Length];

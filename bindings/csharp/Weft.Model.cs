@@ -49,6 +49,7 @@ namespace Weft
         public int VocabSize, TrainContext, EmbeddingSize, LayerCount, Bos, Eos;
         public ModelMemory Memory;
         public int SlidingWindow;  // tokens; 0 but for a sliding-window model
+        public ToolFormat ToolFormat;  // how its chat template writes a tool call (never Automatic)
     }
 
     // A loaded GGUF model: immutable, shared by executors and threads.
@@ -110,6 +111,7 @@ namespace Weft
                     VocabSize = n.n_vocab, TrainContext = n.n_ctx_train, EmbeddingSize = n.n_embd,
                     LayerCount = n.n_layer, Bos = n.bos, Eos = n.eos,
                     Memory = (ModelMemory)n.memory, SlidingWindow = n.sliding_window,
+                    ToolFormat = (ToolFormat)n.tool_format,
                 };
             }
         }

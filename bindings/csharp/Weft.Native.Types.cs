@@ -132,6 +132,7 @@ namespace Weft
         public ulong n_params, size_bytes, fingerprint;
         public int n_vocab, n_ctx_train, n_embd, n_layer, bos, eos;
         public int memory, sliding_window;
+        public int tool_format;  // appended after sliding_window
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -267,6 +268,7 @@ namespace Weft
         public IntPtr tools;  // weft_tool[n_tools], appended after top_logprobs
         public UIntPtr n_tools;
         public int tool_choice;
+        public int tool_format;  // appended after tool_choice
     }
 
     // weft_tool.

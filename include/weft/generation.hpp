@@ -109,8 +109,8 @@ struct GenerateParams {
   std::uint32_t top_logprobs = 0;
   static constexpr std::uint32_t kMaxTopLogprobs = 20;
   // Actions the reply may take (weft/tools.hpp): non-empty, the reply is
-  // sampled under tools_grammar(tools, tool_choice) — one call, or (with
-  // ToolChoice::automatic) plain text — and the call is parsed into
+  // sampled under tools_grammar(tools, tool_choice, format) — one call, or
+  // (with ToolChoice::automatic) plain text — and the call is parsed into
   // GenerationResult::tool_call. The generation then samples with a sampler
   // of its own: `sampler`, or a copy of the conversation's settings (whose
   // state does not advance); either with a grammar or json_schema of its own
@@ -119,6 +119,8 @@ struct GenerateParams {
   std::vector<Tool> tools;
   // Default automatic.
   ToolChoice tool_choice = ToolChoice::automatic;
+  // The call's format. Default automatic: the model's (Model::tool_format()).
+  ToolFormat tool_format = ToolFormat::automatic;
   // Called on the stepping thread for every sampled token, just before
   // on_token, with what `logprobs` recorded for it. Default none; needs
   // `logprobs`. Must not throw (a throw cancels the generation).

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "weft/adapter.hpp"
+#include "weft/tools.hpp"
 #include "weft/types.hpp"
 
 #include "weft/export.hpp"
@@ -143,6 +144,10 @@ class WEFT_API Model {
   // The chat template stored in the GGUF (tokenizer.chat_template, a Jinja
   // text); empty when the model has none.
   std::string chat_template() const;
+  // How the chat template writes a tool call (tool_format_of() of
+  // chat_template(): hermes when it shows none). What GenerateParams::tools
+  // samples under by default.
+  ToolFormat tool_format() const;
   // Formats `messages` as one prompt with a chat template, ending with the
   // assistant's turn opener when `add_assistant` is set. `tmpl` is the
   // template to use: the name of one llama.cpp knows ("chatml", "llama2",

@@ -417,7 +417,9 @@ weft_status weft_model_get_info(const weft_model *model, weft_model_info *out) {
     info.eos = m->eos();
     info.memory = static_cast<int32_t>(m->memory());
     info.sliding_window = m->sliding_window();
-    write_struct(out, "weft_model_info", info, {sizeof(weft_model_info), offsetof(weft_model_info, memory)});
+    info.tool_format = static_cast<int32_t>(m->tool_format());
+    write_struct(out, "weft_model_info", info,
+                 {offsetof(weft_model_info, memory), offsetof(weft_model_info, tool_format), sizeof(weft_model_info)});
   });
 }
 

@@ -139,30 +139,15 @@ weft_generate_params generate_defaults() {
   p.tools = nullptr;
   p.n_tools = 0;
   p.tool_choice = WEFT_TOOL_CHOICE_AUTO;
+  p.tool_format = WEFT_TOOL_FORMAT_AUTO;
   return p;
 }
 
 // Before `ignore_eos` and `on_finish` were appended, before `logprobs` and
-// `top_logprobs`, and now.
-const std::initializer_list<std::size_t> kGenerateParamsSizes = {offsetof(weft_generate_params, ignore_eos),
-                                                                 offsetof(weft_generate_params, logprobs),
-                                                                 offsetof(weft_generate_params, tools),
-                                                                 sizeof(weft_generate_params)};
-
-std::vector<weft::Tool> to_tools(const weft_tool *tools, std::size_t n, const char *field) {
-  if (n > weft::kMaxTools) {  // before reading them
-    fail(WEFT_ERR_INVALID_ARGUMENT, fmt::format("{} = {} tools; at most {} are taken", field, n, weft::kMaxTools));
-  }
-  if (n > 0) need(tools, field);
-  std::vector<weft::Tool> out;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::string at = fmt::format("{}[{}]", field, i);
-    out.push_back({std::string(cstr_arg(tools[i].name, (at + ".name").c_str())),
-                   std::string(cstr_arg(tools[i].description, (at + ".description").c_str(), true)),
-                   std::string(cstr_arg(tools[i].parameters, (at + ".parameters").c_str(), true))});
-  }
-  return out;
-}
+// `top_logprobs`, before `tools`, before `tool_format`, and now.
+const std::initializer_list<std::size_t> kGenerateParamsSizes = {
+    offsetof(weft_generate_params, ignore_eos), offsetof(weft_generate_params, logprobs),
+    offsetof(weft_generate_params, tools), offsetof(weft_generate_params, tool_format), sizeof(weft_generate_params)};
 
 }  // namespace
 }  // namespace weft::capi
@@ -357,6 +342,7 @@ weft_status weft_conversation_generate(weft_conversation *conversation, const we
                                                   p.tool_choice));
     }
     gp.tool_choice = p.tool_choice == WEFT_TOOL_CHOICE_REQUIRED ? weft::ToolChoice::required : weft::ToolChoice::automatic;
+    gp.tool_format = to_tool_format(p.tool_format, "weft_generate_params.tool_format");
     if (p.sampler != nullptr) gp.sampler = to_sampler(p.sampler);
     if (p.n_stop > 0) need(p.stop, "weft_generate_params.stop");
     for (std::size_t i = 0; i < p.n_stop; ++i) {
@@ -465,12 +451,6 @@ weft_status weft_generation_tool_call(const weft_generation *generation, weft_bo
     copy_text_out(r.tool_call->name, name, name_capacity, name_len);
     copy_text_out(r.tool_call->arguments, arguments, arguments_capacity, arguments_len);
     *out_has = 1;
-  });
-}
-
-weft_status weft_tools_prompt(const weft_tool *tools, size_t n_tools, char *buf, size_t capacity, size_t *out_len) {
-  return guarded(__func__, [&] {
-    copy_text_out(weft::tools_prompt(to_tools(tools, n_tools, "tools")), buf, capacity, out_len);
   });
 }
 

@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "weft/weft.h"
 #include "weft/weft.hpp"
@@ -198,6 +199,11 @@ inline std::span<const std::uint8_t> bytes_arg(const std::uint8_t *data, std::si
   if (len > 0) need(data, name);
   return {data, len};
 }
+
+// Tools in (c_api_tools.cpp): a weft_tool array as weft::Tool (`field` names
+// it in errors), a weft_tool_format as weft::ToolFormat (refused by name).
+std::vector<weft::Tool> to_tools(const weft_tool *tools, std::size_t n, const char *field);
+weft::ToolFormat to_tool_format(std::int32_t f, const char *field);
 
 // Output copying: *out_n is always set; too small a buffer fails with
 // WEFT_ERR_BUFFER_TOO_SMALL. Text gets a NUL (capacity needs len + 1).

@@ -4,6 +4,8 @@
 
 #include "weft/tools.hpp"
 
+#include <fmt/format.h>
+
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -67,16 +69,68 @@ std::string json_schema_to_grammar(std::string_view schema) {
 #endif
 }
 
-// The one text that needs no converter; the rest of weft/tools.hpp is in
+namespace {
+
+// `s` as a JSON string literal (UTF-8 passes through).
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += fmt::format("\\u{:04x}", c);
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+// The texts that need no converter; the rest of weft/tools.hpp is in
 // core/jsg/tool_calls.cpp, or refuses below without it.
-std::string tool_result_prompt(std::string_view result) {
+std::string tool_result_prompt(std::string_view result, ToolFormat format) {
+  switch (format) {
+    case ToolFormat::llama3: return "<|start_header_id|>ipython<|end_header_id|>\n\n" + std::string(result) + "<|eot_id|>";
+    case ToolFormat::mistral: return "[TOOL_RESULTS]{\"content\": " + json_string(result) + "}[/TOOL_RESULTS]";
+    case ToolFormat::automatic:
+    case ToolFormat::hermes: break;
+  }
   return "<tool_response>\n" + std::string(result) + "\n</tool_response>";
 }
 
+ToolFormat tool_format_of(std::string_view t) noexcept {
+  if (t.find("[TOOL_CALLS]") != std::string_view::npos) return ToolFormat::mistral;
+  if (t.find("<tool_call>") != std::string_view::npos) return ToolFormat::hermes;
+  if (t.find("<|start_header_id|>") != std::string_view::npos &&
+      (t.find("ipython") != std::string_view::npos || t.find("<|python_tag|>") != std::string_view::npos)) {
+    return ToolFormat::llama3;
+  }
+  return ToolFormat::hermes;
+}
+
+const char *tool_format_name(ToolFormat format) noexcept {
+  switch (format) {
+    case ToolFormat::automatic: return "automatic";
+    case ToolFormat::hermes: return "hermes";
+    case ToolFormat::llama3: return "llama3";
+    case ToolFormat::mistral: return "mistral";
+  }
+  return "unknown";
+}
+
 #ifndef WEFT_HAVE_JSG
-std::string tools_grammar(std::span<const Tool>, ToolChoice) { return json_schema_to_grammar("{}"); }
-std::string tools_prompt(std::span<const Tool>) { return json_schema_to_grammar("{}"); }
-bool parse_tool_call(std::string_view, ToolCall &) { return false; }
+std::string tools_grammar(std::span<const Tool>, ToolChoice, ToolFormat) { return json_schema_to_grammar("{}"); }
+std::string tools_prompt(std::span<const Tool>, ToolFormat) { return json_schema_to_grammar("{}"); }
+bool parse_tool_call(std::string_view, ToolCall &, ToolFormat) { return false; }
 #endif
 
 bool json_schema_supported() noexcept {

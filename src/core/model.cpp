@@ -311,6 +311,8 @@ std::string Model::chat_template() const {
   return t != nullptr ? std::string(t) : std::string();
 }
 
+ToolFormat Model::tool_format() const { return tool_format_of(chat_template()); }
+
 std::string Model::apply_chat_template(std::span<const ChatMessage> messages, bool add_assistant,
                                        std::string_view tmpl) const {
   if (messages.empty()) detail::fail(Errc::invalid_argument, "apply_chat_template: no messages");

@@ -47,6 +47,7 @@ struct GenState {
   std::weak_ptr<ExecutorCore> core;
   std::uint64_t conv_id = 0;
   bool tools = false;  // sampled under tools_grammar(): the call is parsed when it ends
+  ToolFormat tool_format = ToolFormat::hermes;  // with tools: the one sampled and parsed
 };
 
 // KV work an operation asked for, done at the next step boundary.

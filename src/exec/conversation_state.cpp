@@ -38,6 +38,7 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
     gr.logprobs = g.params.logprobs;
     gr.top_logprobs = g.params.top_logprobs;
     gr.tools = g.tools;
+    gr.tool_format = g.tool_format;
     gr.stop = g.params.stop;
     gr.sampler = g.params.sampler;
     if (g.own_sampler) gr.sampler_state = g.own_sampler->state();
@@ -140,6 +141,7 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     g->params.logprobs = r.gen->logprobs;
     g->params.top_logprobs = r.gen->top_logprobs;
     g->tools = r.gen->tools;
+    g->tool_format = r.gen->tool_format;
     g->params.stop = r.gen->stop;
     g->params.sampler = r.gen->sampler;
     if (gen_sampler) g->own_sampler = std::make_shared<Sampler>(std::move(*gen_sampler));

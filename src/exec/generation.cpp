@@ -38,6 +38,10 @@ Generation Conversation::generate(const GenerateParams &params) {
   gen->result.text.reserve(expect * 4);
   std::optional<SamplerParams> own = params.sampler;
   if (!params.tools.empty()) {
+    if (params.tool_format < ToolFormat::automatic || params.tool_format > ToolFormat::mistral) {
+      detail::fail(Errc::invalid_argument, fmt::format("GenerateParams.tool_format = {} is not a ToolFormat",
+                                                       static_cast<int>(params.tool_format)));
+    }
     if (!own) {
       std::lock_guard lock(core.mu);
       own = core.get(handle_->id).sampler_params;  // a copy: the conversation's sampler does not advance
@@ -46,7 +50,8 @@ Generation Conversation::generate(const GenerateParams &params) {
       detail::fail(Errc::invalid_argument, "GenerateParams.tools with a sampler that has a grammar or json_schema of "
                                            "its own: a generation takes one constraint");
     }
-    own->grammar = tools_grammar(params.tools, params.tool_choice);
+    gen->tool_format = params.tool_format == ToolFormat::automatic ? core.model.tool_format() : params.tool_format;
+    own->grammar = tools_grammar(params.tools, params.tool_choice, gen->tool_format);
     own->grammar_root = "root";
     gen->tools = true;
   }

@@ -120,7 +120,9 @@ std::string ExecutorCore::finish_generation_locked(Conv &c, FinishReason reason,
     std::lock_guard lock(gen->mu);
     gen->result.text += rest;
     gen->result.error = error;
-    if (ToolCall parsed; gen->tools && parse_tool_call(gen->result.text, parsed)) gen->result.tool_call = call = parsed;
+    if (ToolCall parsed; gen->tools && parse_tool_call(gen->result.text, parsed, gen->tool_format)) {
+      gen->result.tool_call = call = parsed;
+    }
     if (publish) {
       gen->result.reason = reason;
     } else {

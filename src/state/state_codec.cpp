@@ -96,7 +96,9 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   const bool bias = either([](const SamplerParams &p) { return !p.logit_bias.empty(); });
   const bool stages = either([](const SamplerParams &p) { return uses_stages(p); });
   const bool bans = either([](const SamplerParams &p) { return !p.banned_strings.empty(); });
-  const std::uint32_t version = bans                         ? 12u
+  const bool tool_format = r.gen && r.gen->tools && r.gen->tool_format != ToolFormat::hermes;
+  const std::uint32_t version = tool_format                  ? 13u
+                                : bans                       ? 12u
                                 : r.gen && r.gen->tools      ? 11u
                                 : stages                     ? 10u
                                 : r.gen && r.gen->logprobs   ? 9u
@@ -144,6 +146,7 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
       }
     }
     if (version >= 11) w.put<std::uint8_t>(g.tools ? 1 : 0);
+    if (version >= 13) w.put<std::uint8_t>(static_cast<std::uint8_t>(g.tool_format));
   }
   w.put(r.kv_exact);
   w.put(r.kv_from);
@@ -261,6 +264,13 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
     }
     if (version >= 9) read_logprobs(r, g, n_vocab, what);
     if (version >= 11) g.tools = r.flag("generation.tools");
+    if (version >= 13) {
+      const auto f = r.get<std::uint8_t>("generation.tool_format");
+      if (f < static_cast<std::uint8_t>(ToolFormat::hermes) || f > static_cast<std::uint8_t>(ToolFormat::mistral)) {
+        fail(Errc::corrupt, fmt::format("{}: generation.tool_format = {} is not a tool format", what, f));
+      }
+      g.tool_format = static_cast<ToolFormat>(f);
+    }
     c.gen = std::move(g);
   }
   if (version >= 2) {

@@ -17,11 +17,12 @@
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 12;  // the newest read
+inline constexpr std::uint32_t kStateVersion = 13;  // the newest read
 // Written unless the state needs a later version's field (a generation with
 // ignore_eos: version 6; a sampler with a json_schema: version 7; one with a
 // logit_bias: version 8; a generation recording logprobs: version 9; a sampler using typical_p, XTC, DRY or mirostat:
-// version 10; a generation with tools: version 11; a sampler with banned_strings: version 12), so such states stay
+// version 10; a generation with tools: version 11; a sampler with banned_strings: version 12; a generation with tools
+// in a format other than hermes: version 13), so such states stay
 // readable by an older weft.
 inline constexpr std::uint32_t kPlainStateVersion = 5;
 inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
@@ -76,6 +77,7 @@ struct GenRecord {
   std::uint32_t top_logprobs = 0;                 // ...top_logprobs
   std::vector<TokenLogprob> logprob_entries;      // ...one per token of `tokens`
   bool tools = false;                             // version 11: sampled under tools_grammar()
+  ToolFormat tool_format = ToolFormat::hermes;    // version 13: the call's format (hermes before)
 };
 
 struct ConvRecord {

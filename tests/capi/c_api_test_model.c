@@ -136,6 +136,13 @@ void test_model(void) {
   CHECK(info.n_vocab == 32000 && info.n_layer == 2 && info.n_embd == 64 && info.bos == 1 && info.eos == 2);
   CHECK(info.fingerprint != 0 && info.n_params > 0);
   CHECK(info.memory == WEFT_MODEL_MEMORY_PLAIN && info.sliding_window == 0);
+  CHECK(info.tool_format == WEFT_TOOL_FORMAT_HERMES); /* no chat template */
+  /* A caller built before tool formats gets the fields before them. */
+  memset(&info, 0, sizeof info);
+  info.struct_size = offsetof(weft_model_info, tool_format);
+  info.tool_format = -7;
+  CHECK_OK(weft_model_get_info(m, &info));
+  CHECK(info.sliding_window == 0 && info.memory == WEFT_MODEL_MEMORY_PLAIN && info.tool_format == -7);
   /* A caller built before model families gets the fields before them. */
   memset(&info, 0, sizeof info);
   info.struct_size = offsetof(weft_model_info, memory);

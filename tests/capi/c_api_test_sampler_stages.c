@@ -132,7 +132,8 @@ void test_tools(void) {
   CHECK_OK(weft_sampler_params_init(&sp, sizeof sp));
   sp.temperature = 1.0f;
   CHECK_OK(weft_generate_params_init(&gp, sizeof gp));
-  CHECK(gp.tools == NULL && gp.n_tools == 0 && gp.tool_choice == WEFT_TOOL_CHOICE_AUTO);
+  CHECK(gp.tools == NULL && gp.n_tools == 0 && gp.tool_choice == WEFT_TOOL_CHOICE_AUTO &&
+        gp.tool_format == WEFT_TOOL_FORMAT_AUTO);
   gp.max_tokens = 200;
   gp.sampler = &sp;
   gp.tools = tools;
@@ -156,6 +157,36 @@ void test_tools(void) {
           (strcmp(name, "open_gate") == 0 && strcmp(args, "{}") == 0));
     CHECK_OK(weft_generation_free(g));
     CHECK_OK(weft_conversation_free(c));
+  }
+  /* In Llama 3's format: the call is its JSON, parsed the same way. */
+  gp.tool_format = WEFT_TOOL_FORMAT_LLAMA3;
+  sp.seed = 5;
+  CHECK_OK(weft_conversation_create(ex, &c));
+  CHECK_OK(weft_conversation_prompt_text(c, prompt, len, WEFT_TEXT_ADD_BOS));
+  CHECK_OK(weft_conversation_generate(c, &gp, &g));
+  run_until_idle(ex);
+  CHECK_OK(weft_generation_tool_call(g, &has, name, sizeof name, &name_len, args, sizeof args, &args_len));
+  CHECK(has == 1 && (strcmp(name, "give_item") == 0 || strcmp(name, "open_gate") == 0));
+  CHECK_OK(weft_generation_free(g));
+  CHECK_OK(weft_conversation_free(c));
+  gp.tool_format = 9;
+  CHECK_OK(weft_conversation_create(ex, &c));
+  CHECK_OK(weft_conversation_prompt_text(c, "Hello", 5, WEFT_TEXT_ADD_BOS));
+  CHECK_ERR(weft_conversation_generate(c, &gp, &g), WEFT_ERR_INVALID_ARGUMENT, "tool_format = 9");
+  CHECK_OK(weft_conversation_free(c));
+  gp.tool_format = WEFT_TOOL_FORMAT_AUTO;
+  {
+    char text[128];
+    size_t n = 0;
+    CHECK_OK(weft_tool_result_prompt("say \"hi\"", WEFT_TOOL_FORMAT_MISTRAL, text, sizeof text, &n));
+    CHECK(strcmp(text, "[TOOL_RESULTS]{\"content\": \"say \\\"hi\\\"\"}[/TOOL_RESULTS]") == 0 && n == strlen(text));
+    CHECK_OK(weft_tool_result_prompt("ok", WEFT_TOOL_FORMAT_AUTO, text, sizeof text, &n));
+    CHECK(strcmp(text, "<tool_response>\nok\n</tool_response>") == 0);
+    CHECK_ERR(weft_tool_result_prompt("ok", 4, text, sizeof text, &n), WEFT_ERR_INVALID_ARGUMENT, "format = 4");
+    CHECK_ERR(weft_tool_result_prompt(NULL, WEFT_TOOL_FORMAT_HERMES, text, sizeof text, &n), WEFT_ERR_NULL_ARG, "result");
+    CHECK_ERR(weft_tools_prompt_format(tools, 2, WEFT_TOOL_FORMAT_MISTRAL, NULL, 0, &n), WEFT_ERR_BUFFER_TOO_SMALL, "");
+    CHECK(n > 17);
+    CHECK_ERR(weft_tools_prompt_format(tools, 2, -1, NULL, 0, &n), WEFT_ERR_INVALID_ARGUMENT, "format = -1");
   }
   /* No tools: no call. */
   CHECK_OK(weft_conversation_create(ex, &c));

@@ -304,6 +304,28 @@ test("tools: a required call parses and matches its schema, streamed too; result
   assert.equal(none.choices[0].message.tool_calls, undefined);
 });
 
+test("tools in the chat template's format: llama3 and mistral calls parse, results go back in", async () => {
+  const tools = [{ type: "function", function: { name: "open_gate", description: "Open the gate.",
+    parameters: { type: "object", properties: { now: { type: "boolean" } }, required: ["now"], additionalProperties: false } } }];
+  for (const template of ["llama3", "mistral-v7"]) {
+    const s = await startServer(["--chat-template", template]);
+    try {
+      const c = new OpenAI({ baseURL: s.url + "/v1", apiKey: "unused", maxRetries: 0, timeout: 60000 });
+      const req = chat("Let me in.", { seed: 3, max_tokens: 200, tools, tool_choice: "required" });
+      const r = await c.chat.completions.create(req);
+      const m = r.choices[0].message;
+      assert.equal(r.choices[0].finish_reason, "tool_calls", template + ": " + JSON.stringify(r));
+      assert.equal(m.tool_calls[0].function.name, "open_gate");
+      assert.equal(typeof JSON.parse(m.tool_calls[0].function.arguments).now, "boolean");
+      const follow = await c.chat.completions.create({ ...chat("Let me in.", { seed: 3, max_tokens: 8 }),
+        messages: [...req.messages, m, { role: "tool", tool_call_id: m.tool_calls[0].id, content: "opened" }], tools });
+      assert.ok(follow.usage.prompt_tokens > r.usage.prompt_tokens + 5, template + ": the call and its result are in the prompt");
+    } finally {
+      assert.equal((await s.stop()).code, 0, s.log());
+    }
+  }
+});
+
 test("errors: OpenAI's shape and status codes", async () => {
   const expectError = async (req, status, param, code) => {
     await assert.rejects(client.chat.completions.create(req), (e) => {

@@ -46,7 +46,8 @@ void run_actions_demo(const weft::Model &model, const ActionsDemoOptions &o) {
   std::map<std::string, Stock> inv = {{"sword", {1, 12}}, {"shield", {0, 9}}, {"potion", {3, 4}}, {"bread", {5, 1}}};
   int gold = 0, calls = 0, fitting = 0;
   auto npc = ex.create();
-  const std::string header = "Tobias is the merchant of Eldermoor.\n" + weft::tools_prompt(merchant_tools()) + "\n";
+  const std::string header =
+      "Tobias is the merchant of Eldermoor.\n" + weft::tools_prompt(merchant_tools(), model.tool_format()) + "\n";
   npc.prompt(header, {.add_bos = true});
   std::string transcript = fmt::format("inventory: {}\n", inventory_line(inv, gold));
   auto run = [&](weft::GenerateParams p) {
@@ -88,7 +89,7 @@ void run_actions_demo(const weft::Model &model, const ActionsDemoOptions &o) {
       result = R"({"declined": true})";
     }
     transcript += fmt::format("Tobias -> {} {}  => {}  [{}]\n", call.name, call.arguments, result, inventory_line(inv, gold));
-    npc.prompt(weft::tool_result_prompt(result) + "\nTobias:");
+    npc.prompt(weft::tool_result_prompt(result, model.tool_format()) + "\nTobias:");
     const auto said = run({.max_tokens = o.max_tokens,
                            .sampler = weft::SamplerParams{.temperature = o.temperature, .seed = o.seed + 7 * turn},
                            .stop = {"\n"}});

@@ -78,6 +78,28 @@ namespace Weft.Samples
                     }
                 }
                 Console.WriteLine("  sold " + sold + ", gold " + gold);
+                // The other call formats: each required reply is a call in it.
+                Check.Equal(ToolFormat.Hermes, model.Info.ToolFormat, "Actions: a model without a template calls as hermes");
+                foreach (var format in new[] { ToolFormat.Llama3, ToolFormat.Mistral })
+                {
+                    using (var npc = ex.CreateConversation())
+                    {
+                        npc.Prompt(Tool.Prompt(Tools, format) + "\nPlayer: I want to buy something.\nMerchant:", addBos: true);
+                        using (var g = npc.Generate(new GenerateParams { MaxTokens = 200, Tools = Tools, ToolChoice = ToolChoice.Required,
+                                                                          ToolFormat = format, Sampler = new SamplerParams { Temperature = 1.0f, Seed = 7 } }))
+                        {
+                            while (!ex.Step().Idle) { }
+                            Check.True(g.Wait(TimeSpan.FromSeconds(60)) && g.ToolCall != null &&
+                                       (g.ToolCall.Name == "sell_item" || g.ToolCall.Name == "refuse"),
+                                       "Actions: a required reply is a call in " + format);
+                            var text = g.Text;
+                            Check.True(format == ToolFormat.Llama3 ? text.StartsWith("{\"name\"") : text.StartsWith("[TOOL_CALLS]["),
+                                       "Actions: written as " + format + ": " + text);
+                        }
+                    }
+                }
+                Check.Equal("[TOOL_RESULTS]{\"content\": \"a \\\"quote\\\"\"}[/TOOL_RESULTS]",
+                            Tool.ResultPrompt("a \"quote\"", ToolFormat.Mistral), "Actions: a mistral result is a JSON string");
                 using (var npc = ex.CreateConversation())
                 {
                     npc.Prompt("Hello", addBos: true);

@@ -52,6 +52,14 @@ typedef enum weft_tool_choice {
   WEFT_TOOL_CHOICE_REQUIRED = 1,  // one call
 } weft_tool_choice;
 
+// weft::ToolFormat: how the model writes a call (weft/tools.hpp).
+typedef enum weft_tool_format {
+  WEFT_TOOL_FORMAT_AUTO = 0,     // weft_generate_params: the model's (weft_model_info.tool_format); else HERMES
+  WEFT_TOOL_FORMAT_HERMES = 1,   // <tool_call>{"name", "arguments"}</tool_call>: Qwen, Hermes; weft's own
+  WEFT_TOOL_FORMAT_LLAMA3 = 2,   // {"name", "parameters"}: Llama 3.1-3.3
+  WEFT_TOOL_FORMAT_MISTRAL = 3,  // [TOOL_CALLS][{"name", "arguments"}]: Mistral
+} weft_tool_format;
+
 typedef struct weft_generate_params {
   size_t struct_size;
   const weft_sampler_params *sampler;  // this generation's sampler; NULL = the conversation's own
@@ -78,9 +86,12 @@ typedef struct weft_generate_params {
   const weft_tool *tools;
   size_t n_tools;
   int32_t tool_choice;
+  // The call's format, a weft_tool_format. Default WEFT_TOOL_FORMAT_AUTO.
+  int32_t tool_format;
   // Appended: a struct_size that ends before ignore_eos means 0 and NULL;
   // one that ends before logprobs means 0 for logprobs and top_logprobs;
-  // one that ends before tools means no tools.
+  // one that ends before tools means no tools; one that ends before
+  // tool_format means WEFT_TOOL_FORMAT_AUTO.
 } weft_generate_params;
 
 // A token and its log-probability (natural log; -INFINITY for a token the
@@ -135,6 +146,14 @@ WEFT_C_API weft_status weft_generation_tool_call(const weft_generation *generati
 // size). WEFT_ERR_INVALID_ARGUMENT for bad tools, as a generation would be.
 WEFT_C_API weft_status weft_tools_prompt(const weft_tool *tools, size_t n_tools, char *buf, size_t capacity,
                                          size_t *out_len);
+// The same in a weft_tool_format (AUTO = HERMES): for MISTRAL its
+// [AVAILABLE_TOOLS] block.
+WEFT_C_API weft_status weft_tools_prompt_format(const weft_tool *tools, size_t n_tools, int32_t format, char *buf,
+                                                size_t capacity, size_t *out_len);
+// tool_result_prompt(): the text that gives a call's result back, as the
+// format's templates write it, NUL-terminated (as weft_tools_prompt).
+WEFT_C_API weft_status weft_tool_result_prompt(const char *result, int32_t format, char *buf, size_t capacity,
+                                               size_t *out_len);
 // Waits until done or `timeout_ms` passes; *out_done says which. Someone
 // must be stepping the executor meanwhile.
 WEFT_C_API weft_status weft_generation_wait(const weft_generation *generation, uint32_t timeout_ms,

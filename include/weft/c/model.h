@@ -81,6 +81,9 @@ typedef struct weft_model_info {
   // model's window in tokens (0 otherwise).
   int32_t memory;
   int32_t sliding_window;
+  // Added with tool formats: how the model's chat template writes a tool
+  // call, a weft_tool_format (never AUTO; HERMES when it shows none).
+  int32_t tool_format;
 } weft_model_info;
 
 // Fills `out` (set out->struct_size first).

@@ -65,14 +65,16 @@ std::vector<OJson> checked_parameters(std::span<const Tool> tools) {
 
 }  // namespace
 
-std::string tools_grammar(std::span<const Tool> tools, ToolChoice choice) {
+std::string tools_grammar(std::span<const Tool> tools, ToolChoice choice, ToolFormat format) {
   const auto params = checked_parameters(tools);
+  // llama3 names the arguments "parameters"; the others "arguments".
+  const char *args_key = format == ToolFormat::llama3 ? "parameters" : "arguments";
   OJson any = OJson::array();
   for (std::size_t i = 0; i < tools.size(); ++i) {
     OJson props = OJson::object();
     props["name"] = {{"const", tools[i].name}};
-    props["arguments"] = params[i];
-    any.push_back({{"type", "object"}, {"properties", props}, {"required", {"name", "arguments"}},
+    props[args_key] = params[i];
+    any.push_back({{"type", "object"}, {"properties", props}, {"required", {"name", args_key}},
                    {"additionalProperties", false}});
   }
   const OJson schema = any.size() == 1 ? any[0] : OJson{{"anyOf", any}};
@@ -85,13 +87,49 @@ std::string tools_grammar(std::span<const Tool> tools, ToolChoice choice) {
   // The schema's start rule becomes the call's; every other name stays.
   static const std::regex root_rule("(^|\n)root ::=");
   call = std::regex_replace(call, root_rule, "$1weft-tool-call ::=");
-  std::string g = "root ::= \"<tool_call>\\n\" weft-tool-call \"\\n</tool_call>\"";
-  if (choice == ToolChoice::automatic) g += " | weft-tool-text\nweft-tool-text ::= [^<] .*";
+  // Plain text is whatever does not begin as a call does.
+  std::string g, text;
+  switch (format) {
+    case ToolFormat::llama3:
+      g = "root ::= weft-tool-call";
+      text = "[^{]";
+      break;
+    case ToolFormat::mistral:
+      g = "root ::= \"[TOOL_CALLS][\" weft-tool-call \"]\"";
+      text = "[^[]";
+      break;
+    case ToolFormat::automatic:
+    case ToolFormat::hermes:
+      g = "root ::= \"<tool_call>\\n\" weft-tool-call \"\\n</tool_call>\"";
+      text = "[^<]";
+      break;
+  }
+  if (choice == ToolChoice::automatic) g += " | weft-tool-text\nweft-tool-text ::= " + text + " .*";
   return g + "\n" + call;
 }
 
-std::string tools_prompt(std::span<const Tool> tools) {
+std::string tools_prompt(std::span<const Tool> tools, ToolFormat format) {
   const auto params = checked_parameters(tools);
+  // As the format's templates list them: one function object each.
+  OJson listed = OJson::array();
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    listed.push_back({{"type", "function"},
+                      {"function", {{"name", tools[i].name}, {"description", tools[i].description},
+                                    {"parameters", params[i]}}}});
+  }
+  switch (format) {
+    case ToolFormat::llama3: {
+      std::string out =
+          "Given the following functions, please respond with a JSON for a function call with its proper arguments "
+          "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
+          "dictionary of argument name and its value}. Do not use variables.\n\n";
+      for (const OJson &f : listed) out += f.dump(4) + "\n\n";
+      return out;
+    }
+    case ToolFormat::mistral: return "[AVAILABLE_TOOLS]" + listed.dump() + "[/AVAILABLE_TOOLS]";
+    case ToolFormat::automatic:
+    case ToolFormat::hermes: break;
+  }
   std::string out =
       "You can act by calling a tool. To call one, reply with nothing but the call, in this form:\n"
       "<tool_call>\n{\"name\": \"<tool name>\", \"arguments\": <the arguments as a JSON object>}\n</tool_call>\n"
@@ -104,17 +142,39 @@ std::string tools_prompt(std::span<const Tool> tools) {
   return out;
 }
 
-bool parse_tool_call(std::string_view text, ToolCall &out) {
-  if (text.substr(0, kOpen.size()) != kOpen) return false;
-  const auto end = text.find(kClose, kOpen.size());
-  if (end == std::string_view::npos) return false;
-  const OJson j = OJson::parse(text.substr(kOpen.size(), end - kOpen.size()), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string() ||
-      !j.contains("arguments") || !j["arguments"].is_object()) {
+bool parse_tool_call(std::string_view text, ToolCall &out, ToolFormat format) {
+  std::string_view body;
+  const char *args_key = "arguments";
+  switch (format) {
+    case ToolFormat::llama3:
+      if (text.starts_with("<|python_tag|>")) text.remove_prefix(14);
+      body = text;
+      args_key = "parameters";
+      break;
+    case ToolFormat::mistral:
+      if (text.starts_with("[TOOL_CALLS]")) text.remove_prefix(12);
+      body = text;
+      break;
+    case ToolFormat::automatic:
+    case ToolFormat::hermes: {
+      if (text.substr(0, kOpen.size()) != kOpen) return false;
+      const auto end = text.find(kClose, kOpen.size());
+      if (end == std::string_view::npos) return false;
+      body = text.substr(kOpen.size(), end - kOpen.size());
+      break;
+    }
+  }
+  OJson j = OJson::parse(body, nullptr, false);
+  if (format == ToolFormat::mistral) {
+    if (j.is_discarded() || !j.is_array() || j.size() != 1) return false;
+    j = j[0];
+  }
+  if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string() || !j.contains(args_key) ||
+      !j[args_key].is_object()) {
     return false;
   }
   out.name = j["name"].get<std::string>();
-  out.arguments = j["arguments"].dump(-1, ' ', false, OJson::error_handler_t::replace);
+  out.arguments = j[args_key].dump(-1, ' ', false, OJson::error_handler_t::replace);
   return true;
 }
 

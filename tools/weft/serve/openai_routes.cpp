@@ -168,7 +168,7 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
   PromptInput input;
   ToolRequest tools;
   if (chat) {
-    tools = parse_tools(body);
+    tools = parse_tools(body, tool_format_for(ctx.model, ctx.chat_template));
     ChatInput messages = parse_chat(body, ctx.projector, ctx.media);
     render_tool_messages(body, tools, messages);
     input = chat_prompt(ctx.model, std::move(messages), ctx.chat_template, true);
@@ -193,6 +193,7 @@ void run_completion(ServeContext &ctx, const httplib::Request &req, httplib::Res
   auto g = parse_generation(body, ctx.opt.max_tokens, room, ctx.model.n_vocab());
   g.params.tools = tools.tools;
   g.params.tool_choice = tools.choice;
+  g.params.tool_format = tools.format;
 
   auto entry = ctx.registry.add(ctx.ex->create(), chat ? "chat.completion" : "text_completion", {},
                                 who.key_id, /*fresh=*/true);

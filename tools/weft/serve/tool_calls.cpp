@@ -21,10 +21,31 @@ std::string schema_text(const Json &fn, std::size_t i) {
   return p->dump();
 }
 
+// A call as the model writes it (weft/tools.hpp's formats).
+std::string call_text(const Json &name, Json args, weft::ToolFormat format) {
+  const auto dump = [](const Json &j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); };
+  switch (format) {
+    case weft::ToolFormat::llama3: return dump({{"name", name}, {"parameters", std::move(args)}});
+    case weft::ToolFormat::mistral:
+      return "[TOOL_CALLS]" + dump(Json::array({{{"name", name}, {"arguments", std::move(args)}}}));
+    case weft::ToolFormat::automatic:
+    case weft::ToolFormat::hermes: break;
+  }
+  return "<tool_call>\n" + dump({{"name", name}, {"arguments", std::move(args)}}) + "\n</tool_call>";
+}
+
 }  // namespace
 
-ToolRequest parse_tools(const Json &body) {
+weft::ToolFormat tool_format_for(const weft::Model &model, const std::string &chat_template) {
+  if (chat_template.empty()) return model.tool_format();
+  if (chat_template == "llama3") return weft::ToolFormat::llama3;
+  if (chat_template.starts_with("mistral")) return weft::ToolFormat::mistral;
+  return weft::tool_format_of(chat_template);
+}
+
+ToolRequest parse_tools(const Json &body, weft::ToolFormat format) {
   ToolRequest out;
+  out.format = format;
   const Json *tools = optional_field(body, "tools", Json::value_t::array, "an array of tools");
   if (tools == nullptr || tools->empty()) {
     if (body.contains("tool_choice") && !body["tool_choice"].is_null() && body["tool_choice"] != "none" &&
@@ -69,7 +90,7 @@ ToolRequest parse_tools(const Json &body) {
     }
   }
   try {
-    (void)weft::tools_grammar(out.tools, out.choice);  // every refusal now, not mid-request
+    (void)weft::tools_grammar(out.tools, out.choice, out.format);  // every refusal now, not mid-request
   } catch (const weft::Error &e) {
     throw bad_param("tools", e.what());
   }
@@ -83,8 +104,12 @@ void render_tool_messages(const Json &body, const ToolRequest &tools, ChatInput 
     auto &msg = chat.messages[i];
     const std::string where = fmt::format("messages[{}]", i);
     if (msg.role == "tool") {
-      msg.role = "user";
-      msg.content = weft::tool_result_prompt(msg.content);
+      if (tools.format == weft::ToolFormat::llama3) {
+        msg.role = "ipython";
+      } else {
+        msg.role = "user";
+        msg.content = weft::tool_result_prompt(msg.content, tools.format);
+      }
     } else if (msg.role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null()) {
       if (!m["tool_calls"].is_array()) throw bad_param(where, fmt::format("'{}.tool_calls' must be an array", where), "invalid_type");
       for (const Json &tc : m["tool_calls"]) {
@@ -96,14 +121,13 @@ void render_tool_messages(const Json &body, const ToolRequest &tools, ChatInput 
         }
         Json args = Json::parse((*fn)["arguments"].get<std::string>(), nullptr, false);
         if (args.is_discarded()) throw bad_param(where, fmt::format("'{}.tool_calls' arguments are not JSON", where));
-        const Json call = {{"name", (*fn)["name"]}, {"arguments", args}};
         if (!msg.content.empty()) msg.content += "\n";
-        msg.content += "<tool_call>\n" + call.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n</tool_call>";
+        msg.content += call_text((*fn)["name"], std::move(args), tools.format);
       }
     }
   }
   if (!tools.any()) return;
-  const std::string about = weft::tools_prompt(tools.tools);
+  const std::string about = weft::tools_prompt(tools.tools, tools.format);
   if (!chat.messages.empty() && chat.messages.front().role == "system") {
     chat.messages.front().content += "\n\n" + about;
   } else {
