@@ -312,9 +312,12 @@ test("tools in the chat template's format: llama3 and mistral calls parse, resul
     try {
       const c = new OpenAI({ baseURL: s.url + "/v1", apiKey: "unused", maxRetries: 0, timeout: 60000 });
       const req = chat("Let me in.", { seed: 3, max_tokens: 200, tools, tool_choice: "required" });
-      const r = await c.chat.completions.create(req);
+      const r = await c.chat.completions.create({ ...req, logprobs: true });
       const m = r.choices[0].message;
       assert.equal(r.choices[0].finish_reason, "tool_calls", template + ": " + JSON.stringify(r));
+      // The reply's tokens show the wrapper the template's format writes.
+      const text = r.choices[0].logprobs.content.map((t) => t.token).join("");
+      assert.ok(text.startsWith(template === "llama3" ? "{" : "[TOOL_CALLS]["), template + ": " + text);
       assert.equal(m.tool_calls[0].function.name, "open_gate");
       assert.equal(typeof JSON.parse(m.tool_calls[0].function.arguments).now, "boolean");
       const follow = await c.chat.completions.create({ ...chat("Let me in.", { seed: 3, max_tokens: 8 }),
