@@ -248,6 +248,8 @@ TEST(ModelFamilies, APrefixIsNotSharedAcrossAWindowsLostCells) {
   h.prompt(rest);
   h.prompt(random_tokens(rng, m, 5));
   run_until_idle(ex);
+  EXPECT_EQ(ex.stats().prefix_hits, 0u) << "d lost the cells behind h's own";
+  EXPECT_GE(ex.stats().prefix_misses, 1u);
   Checker check{m, weft_test::logits_tolerance(m)};
   check(h, "after the prompt");
   h.rewind(h.n_tokens() - 20);  // position 19 sees 4..19
