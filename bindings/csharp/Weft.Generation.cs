@@ -31,6 +31,16 @@ namespace Weft
     {
         public readonly string Name, Arguments;
         public ToolCall(string name, string arguments) { Name = name; Arguments = arguments; }
+
+        // The call written as the format writes it, to render an earlier
+        // turn back into a prompt (weft::tool_call_text).
+        public string Text(ToolFormat format = ToolFormat.Hermes)
+        {
+            var name = Native.Utf8z(Name ?? "");
+            var args = Native.Utf8z(Arguments ?? "");
+            return Native.GetText((byte[] buf, UIntPtr cap, out UIntPtr len) =>
+                Native.weft_tool_call_text(name, args, (int)format, buf, cap, out len));
+        }
     }
 
     public sealed class Generation : IDisposable

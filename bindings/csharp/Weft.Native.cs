@@ -156,6 +156,7 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_generation_tool_call(GenerationHandle g, out int has, byte[] name, UIntPtr nameCapacity, out UIntPtr nameLen, byte[] arguments, UIntPtr argumentsCapacity, out UIntPtr argumentsLen);
         [DllImport(Lib)] public static extern Status weft_tools_prompt(IntPtr tools, UIntPtr n, byte[] buf, UIntPtr capacity, out UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_tools_prompt_format(IntPtr tools, UIntPtr n, int format, byte[] buf, UIntPtr capacity, out UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_tool_call_text(byte[] name, byte[] arguments, int format, byte[] buf, UIntPtr capacity, out UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_tool_result_prompt(byte[] result, int format, byte[] buf, UIntPtr capacity, out UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_generation_wait(GenerationHandle g, uint timeoutMs, out int done);
         [DllImport(Lib)] public static extern Status weft_generation_cancel(GenerationHandle g);

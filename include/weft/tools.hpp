@@ -89,6 +89,12 @@ WEFT_API std::string tool_result_prompt(std::string_view result, ToolFormat form
 WEFT_API std::string tools_grammar(std::span<const Tool> tools, ToolChoice choice,
                                    ToolFormat format = ToolFormat::hermes);
 
+// `call` written as the format writes it (hermes: "<tool_call>\n{...}\n</tool_call>"),
+// as the model would have: for rendering an earlier turn's call back into a
+// prompt. Throws Errc::invalid_argument when call.arguments is not a JSON
+// object's text or the name is empty.
+WEFT_API std::string tool_call_text(const ToolCall &call, ToolFormat format = ToolFormat::hermes);
+
 // The call at the start of `text` (a generation's text), or false when it
 // holds no complete, well-formed one. For mistral the [TOOL_CALLS] marker may
 // be missing (a special token, left out of text that renders none).

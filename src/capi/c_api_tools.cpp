@@ -56,3 +56,12 @@ weft_status weft_tool_result_prompt(const char *result, int32_t format, char *bu
     copy_text_out(weft::tool_result_prompt(cstr_arg(result, "result"), f), buf, capacity, out_len);
   });
 }
+
+weft_status weft_tool_call_text(const char *name, const char *arguments, int32_t format, char *buf, size_t capacity,
+                                size_t *out_len) {
+  return guarded(__func__, [&] {
+    const auto f = to_tool_format(format, "format");
+    const weft::ToolCall call{std::string(cstr_arg(name, "name")), std::string(cstr_arg(arguments, "arguments"))};
+    copy_text_out(weft::tool_call_text(call, f), buf, capacity, out_len);
+  });
+}

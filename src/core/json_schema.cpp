@@ -131,6 +131,7 @@ const char *tool_format_name(ToolFormat format) noexcept {
 std::string tools_grammar(std::span<const Tool>, ToolChoice, ToolFormat) { return json_schema_to_grammar("{}"); }
 std::string tools_prompt(std::span<const Tool>, ToolFormat) { return json_schema_to_grammar("{}"); }
 bool parse_tool_call(std::string_view, ToolCall &, ToolFormat) { return false; }
+std::string tool_call_text(const ToolCall &, ToolFormat) { return json_schema_to_grammar("{}"); }
 #endif
 
 bool json_schema_supported() noexcept {

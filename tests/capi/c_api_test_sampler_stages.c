@@ -183,6 +183,10 @@ void test_tools(void) {
     CHECK_OK(weft_tool_result_prompt("ok", WEFT_TOOL_FORMAT_AUTO, text, sizeof text, &n));
     CHECK(strcmp(text, "<tool_response>\nok\n</tool_response>") == 0);
     CHECK_ERR(weft_tool_result_prompt("ok", 4, text, sizeof text, &n), WEFT_ERR_INVALID_ARGUMENT, "format = 4");
+    CHECK_OK(weft_tool_call_text("open_gate", "{}", WEFT_TOOL_FORMAT_MISTRAL, text, sizeof text, &n));
+    CHECK(strcmp(text, "[TOOL_CALLS][{\"name\":\"open_gate\",\"arguments\":{}}]") == 0);
+    CHECK_ERR(weft_tool_call_text("open_gate", "nope", WEFT_TOOL_FORMAT_HERMES, text, sizeof text, &n),
+              WEFT_ERR_INVALID_ARGUMENT, "not a JSON object");
     CHECK_ERR(weft_tool_result_prompt(NULL, WEFT_TOOL_FORMAT_HERMES, text, sizeof text, &n), WEFT_ERR_NULL_ARG, "result");
     CHECK_ERR(weft_tools_prompt_format(tools, 2, WEFT_TOOL_FORMAT_MISTRAL, NULL, 0, &n), WEFT_ERR_BUFFER_TOO_SMALL, "");
     CHECK(n > 17);

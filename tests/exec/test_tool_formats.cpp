@@ -107,6 +107,11 @@ TEST(ToolFormats, RequiredCallsAreWrittenAndParsedInEveryFormat) {
         EXPECT_EQ(r.text.rfind(opening(f), 0), 0u) << where;
         expect_valid(*r.tool_call, where);
         names.insert(r.tool_call->name);
+        // Rendered back (an earlier turn in a prompt), it parses as the same call.
+        weft::ToolCall back;
+        ASSERT_TRUE(weft::parse_tool_call(weft::tool_call_text(*r.tool_call, f), back, f)) << where;
+        EXPECT_EQ(back.name, r.tool_call->name);
+        EXPECT_EQ(back.arguments, r.tool_call->arguments);
         // Parsed by its own format only.
         for (ToolFormat other : kFormats) {
           weft::ToolCall parsed;
@@ -175,6 +180,16 @@ TEST(ToolFormats, PromptsAndResultsAreTheFormats) {
             "<|start_header_id|>ipython<|end_header_id|>\n\nok<|eot_id|>");
   EXPECT_EQ(weft::tool_result_prompt("a \"b\"\n\x01", ToolFormat::mistral),
             "[TOOL_RESULTS]{\"content\": \"a \\\"b\\\"\\n\\u0001\"}[/TOOL_RESULTS]");
+  const weft::ToolCall call{"give_item", R"({"item": "sword"})"};
+  EXPECT_EQ(weft::tool_call_text(call, ToolFormat::hermes),
+            "<tool_call>\n{\"name\":\"give_item\",\"arguments\":{\"item\":\"sword\"}}\n</tool_call>");
+  EXPECT_EQ(weft::tool_call_text(call, ToolFormat::llama3), R"({"name":"give_item","parameters":{"item":"sword"}})");
+  EXPECT_EQ(weft::tool_call_text(call, ToolFormat::mistral),
+            R"([TOOL_CALLS][{"name":"give_item","arguments":{"item":"sword"}}])");
+  EXPECT_TRUE(weft_test::throws_weft([] { (void)weft::tool_call_text({"a", "[1]"}, ToolFormat::hermes); },
+                                     weft::Errc::invalid_argument, "the arguments of 'a' are not a JSON object"));
+  EXPECT_TRUE(weft_test::throws_weft([] { (void)weft::tool_call_text({"", "{}"}); }, weft::Errc::invalid_argument,
+                                     "no name"));
   const std::string mistral = weft::tools_prompt(tools(), ToolFormat::mistral);
   const std::string open = "[AVAILABLE_TOOLS]", close = "[/AVAILABLE_TOOLS]";
   ASSERT_EQ(mistral.rfind(open, 0), 0u) << mistral;

@@ -93,8 +93,10 @@ namespace Weft.Samples
                                        (g.ToolCall.Name == "sell_item" || g.ToolCall.Name == "refuse"),
                                        "Actions: a required reply is a call in " + format);
                             var text = g.Text;
-                            Check.True(format == ToolFormat.Llama3 ? text.StartsWith("{\"name\"") : text.StartsWith("[TOOL_CALLS]["),
+                            Check.True(format == ToolFormat.Llama3 ? text.StartsWith("{") : text.StartsWith("[TOOL_CALLS]["),
                                        "Actions: written as " + format + ": " + text);
+                            Check.True(g.ToolCall.Text(format).StartsWith(format == ToolFormat.Llama3 ? "{\"name\":\"" : "[TOOL_CALLS][{\"name\":\""),
+                                       "Actions: the call rendered back in " + format);
                         }
                     }
                 }

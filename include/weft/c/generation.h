@@ -150,6 +150,12 @@ WEFT_C_API weft_status weft_tools_prompt(const weft_tool *tools, size_t n_tools,
 // [AVAILABLE_TOOLS] block.
 WEFT_C_API weft_status weft_tools_prompt_format(const weft_tool *tools, size_t n_tools, int32_t format, char *buf,
                                                 size_t capacity, size_t *out_len);
+// tool_call_text(): a call (name, arguments as a JSON object's text) written
+// in a weft_tool_format, to render an earlier turn back into a prompt;
+// NUL-terminated (as weft_tools_prompt). WEFT_ERR_INVALID_ARGUMENT when the
+// arguments are not a JSON object or the name is empty.
+WEFT_C_API weft_status weft_tool_call_text(const char *name, const char *arguments, int32_t format, char *buf,
+                                           size_t capacity, size_t *out_len);
 // tool_result_prompt(): the text that gives a call's result back, as the
 // format's templates write it, NUL-terminated (as weft_tools_prompt).
 WEFT_C_API weft_status weft_tool_result_prompt(const char *result, int32_t format, char *buf, size_t capacity,

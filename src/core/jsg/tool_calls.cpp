@@ -142,6 +142,24 @@ std::string tools_prompt(std::span<const Tool> tools, ToolFormat format) {
   return out;
 }
 
+std::string tool_call_text(const ToolCall &call, ToolFormat format) {
+  if (call.name.empty()) detail::fail(Errc::invalid_argument, "tool_call_text: the call has no name");
+  OJson args = OJson::parse(call.arguments, nullptr, false);
+  if (args.is_discarded() || !args.is_object()) {
+    detail::fail(Errc::invalid_argument, fmt::format("tool_call_text: the arguments of '{}' are not a JSON object: {}",
+                                                     call.name, call.arguments.substr(0, 80)));
+  }
+  const auto dump = [](const OJson &j) { return j.dump(-1, ' ', false, OJson::error_handler_t::replace); };
+  switch (format) {
+    case ToolFormat::llama3: return dump({{"name", call.name}, {"parameters", std::move(args)}});
+    case ToolFormat::mistral:
+      return "[TOOL_CALLS]" + dump(OJson::array({{{"name", call.name}, {"arguments", std::move(args)}}}));
+    case ToolFormat::automatic:
+    case ToolFormat::hermes: break;
+  }
+  return std::string(kOpen) + dump({{"name", call.name}, {"arguments", std::move(args)}}) + std::string(kClose);
+}
+
 bool parse_tool_call(std::string_view text, ToolCall &out, ToolFormat format) {
   std::string_view body;
   const char *args_key = "arguments";

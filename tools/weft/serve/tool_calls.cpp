@@ -21,19 +21,6 @@ std::string schema_text(const Json &fn, std::size_t i) {
   return p->dump();
 }
 
-// A call as the model writes it (weft/tools.hpp's formats).
-std::string call_text(const Json &name, Json args, weft::ToolFormat format) {
-  const auto dump = [](const Json &j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); };
-  switch (format) {
-    case weft::ToolFormat::llama3: return dump({{"name", name}, {"parameters", std::move(args)}});
-    case weft::ToolFormat::mistral:
-      return "[TOOL_CALLS]" + dump(Json::array({{{"name", name}, {"arguments", std::move(args)}}}));
-    case weft::ToolFormat::automatic:
-    case weft::ToolFormat::hermes: break;
-  }
-  return "<tool_call>\n" + dump({{"name", name}, {"arguments", std::move(args)}}) + "\n</tool_call>";
-}
-
 }  // namespace
 
 weft::ToolFormat tool_format_for(const weft::Model &model, const std::string &chat_template) {
@@ -122,7 +109,11 @@ void render_tool_messages(const Json &body, const ToolRequest &tools, ChatInput 
         Json args = Json::parse((*fn)["arguments"].get<std::string>(), nullptr, false);
         if (args.is_discarded()) throw bad_param(where, fmt::format("'{}.tool_calls' arguments are not JSON", where));
         if (!msg.content.empty()) msg.content += "\n";
-        msg.content += call_text((*fn)["name"], std::move(args), tools.format);
+        try {
+          msg.content += weft::tool_call_text({(*fn)["name"].get<std::string>(), args.dump()}, tools.format);
+        } catch (const weft::Error &e) {
+          throw bad_param(where, fmt::format("'{}.tool_calls': {}", where, e.what()));
+        }
       }
     }
   }
