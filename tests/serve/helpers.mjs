@@ -25,6 +25,12 @@ const children = new Set();
 process.on("exit", () => { for (const c of children) try { c.kill("SIGKILL"); } catch {} });
 for (const s of ["SIGINT", "SIGTERM"]) process.on(s, () => process.exit(130));
 
+// A chat completion request to the test model, terse, seeded.
+export const chat = (content, extra = {}) => ({
+  model: "tiny",
+  messages: [{ role: "system", content: "You are terse." }, { role: "user", content }],
+  max_tokens: 16, temperature: 0.9, seed: 11, ...extra,
+});
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // `promise`, or `fallback` after `ms` — without a timer left behind to keep

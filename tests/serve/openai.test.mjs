@@ -5,7 +5,7 @@
 // (serve_reference), for the same seed.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { startServer, reference, requireNpm } from "./helpers.mjs";
+import { startServer, reference, requireNpm, chat } from "./helpers.mjs";
 
 const OpenAI = requireNpm("openai");
 let server, client;
@@ -32,11 +32,6 @@ after(async () => {
   assert.equal(r.code, 0, "weft serve exits 0 on SIGTERM:\n" + server.log());
 });
 
-const chat = (content, extra = {}) => ({
-  model: "tiny",
-  messages: [{ role: "system", content: "You are terse." }, { role: "user", content }],
-  max_tokens: 16, temperature: 0.9, seed: 11, ...extra,
-});
 // Exact comparisons sample without top_p: top_p sorts the candidates by
 // probability, and a random model's near-uniform distribution over 32000
 // tokens has near-ties whose order flips with the last-bit differences of

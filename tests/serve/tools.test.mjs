@@ -4,7 +4,7 @@
 // the one the reply is written in. (The refusals are in openai.test.mjs.)
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { startServer, requireNpm } from "./helpers.mjs";
+import { startServer, requireNpm, chat } from "./helpers.mjs";
 
 const OpenAI = requireNpm("openai");
 let server, client;
@@ -18,13 +18,7 @@ after(async () => {
   assert.equal(r.code, 0, "weft serve exits 0 on SIGTERM:\n" + server.log());
 });
 
-const chat = (content, extra = {}) => ({
-  model: "tiny",
-  messages: [{ role: "system", content: "You are terse." }, { role: "user", content }],
-  max_tokens: 16, temperature: 0.9, seed: 11, ...extra,
-});
-
-test("tools: a required call parses and matches its schema, streamed too; results go back in; refusals", async () => {
+test("tools: a required call parses and matches its schema, streamed too; results go back in; \"none\" gives no call", async () => {
   const tools = [
     { type: "function", function: { name: "give_item", description: "Give the player an item.",
       parameters: { type: "object", properties: { item: { enum: ["sword", "shield"] },
