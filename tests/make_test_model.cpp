@@ -1,5 +1,5 @@
-// The test models' fixture: `weft_make_test_model <out.gguf> <seed>` writes the
-// tiny preset through the library. Its own small program so that a build that
+// The test models' fixture: `weft_make_test_model <out.gguf> <seed> [preset]`
+// writes the tiny preset (or the one named) through the library. Its own small program so that a build that
 // needs only the models (the TSan preset) does not compile the whole CLI;
 // cli_make_model_matches_library checks that `weft make-model` writes the same bytes.
 #include <cstdio>
@@ -9,13 +9,13 @@
 #include "weft/make_model.hpp"
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s <out.gguf> <seed>\n", argv[0]);
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: %s <out.gguf> <seed> [preset]\n", argv[0]);
     return 2;
   }
   try {
     weft::MakeModelParams p;
-    p.preset = weft::ModelPreset::tiny;
+    p.preset = argc == 4 ? weft::parse_preset(argv[3]) : weft::ModelPreset::tiny;
     p.seed = std::strtoull(argv[2], nullptr, 10);
     p.out = argv[1];
     weft::make_model(p);

@@ -35,6 +35,8 @@
 #include <vector>
 
 #include "weft/conversation.hpp"
+#include "weft/embedding.hpp"
+#include "weft/executor_stats.hpp"
 #include "weft/export.hpp"
 #include "weft/model.hpp"
 #include "weft/projector.hpp"
@@ -45,17 +47,6 @@ namespace weft {
 // --cache-type-k/v). The quantised ones (q8_0 .. iq4_nl) need flash
 // attention and heads whose width is a multiple of 32.
 enum class KvType { f16, f32, q8_0, bf16, q4_0, q4_1, q5_0, q5_1, iq4_nl };
-enum class FlashAttention { automatic, enabled, disabled };
-// How the context's attention kernel was chosen (ExecutorStats).
-enum class AttentionSource {
-  asked,       // ExecutorParams::flash_attn was enabled or disabled
-  gpu,         // automatic, layers on a GPU: left to llama.cpp
-  kv_type,     // automatic, a quantised cache needs flash attention: left to llama.cpp
-  measured,    // automatic: both kernels timed when this executor was made
-  remembered,  // automatic: an earlier probe's timings (same model, machine, build, shape)
-  fallback,    // automatic: the probe could not run (logged); flash attention off
-  environment, // automatic, overridden by WEFT_FLASH_ATTN=on|off in the environment
-};
 
 // What happens when queued input cannot get KV cells now.
 enum class PressurePolicy {
@@ -195,6 +186,13 @@ struct ExecutorParams {
   // Who encodes queued images (see ImageEncoding). Default thread. Ignored
   // without a projector.
   ImageEncoding image_encoding = ImageEncoding::thread;
+  // Text embeddings (Executor::embed, weft/embedding.hpp). Default none:
+  // embed() is Errc::invalid_argument. Set, the executor makes a second
+  // llama.cpp context (n_ctx cells, n_seq_max sequences, embeddings on) over
+  // the embedding model or its own, freed with the executor; its steps
+  // decode queued texts beside the conversations (docs/EXECUTOR.md,
+  // "Embeddings").
+  std::optional<EmbedderParams> embedder;
 };
 
 // What one Executor::encode_images() call did.
@@ -238,6 +236,8 @@ struct StepResult {
   // cleared error). `while (!ex.step().idle) {}` ends.
   bool idle = false;
   bool deadline_hit = false;          // the hard deadline stopped the step early
+  std::uint32_t tokens_embedded = 0;  // tokens decoded for Executor::embed (not in tokens_decoded)
+  std::uint32_t texts_embedded = 0;   // texts whose vectors this step made
 };
 
 // Background stepping (Executor::start).
@@ -275,91 +275,6 @@ struct Event {
   std::optional<ToolCall> tool_call;  // tool_call: the parsed call (as GenerationResult::tool_call)
 };
 
-struct ExecutorStats {
-  std::uint32_t n_ctx = 0;
-  std::uint32_t cells_used = 0;   // distinct KV cells in use (shared prefixes once)
-  std::uint32_t cells_free = 0;
-  std::uint32_t n_seq_max = 0;
-  std::uint32_t slots_used = 0;
-  std::uint32_t conversations = 0;
-  std::uint32_t generating = 0;
-  std::uint64_t queued_tokens = 0;
-  std::uint64_t steps = 0;
-  std::uint64_t tokens_decoded = 0;
-  std::uint64_t tokens_sampled = 0;
-  std::uint64_t decode_failures = 0;
-  std::uint64_t deadline_stops = 0;  // steps cut short by a hard deadline
-  std::uint64_t worker_errors = 0;   // worker steps that threw (a weft bug; it carried on)
-  // Residency: resident ones hold a slot (or have nothing decoded); parked
-  // ones keep their KV data in RAM, on disk, or only as tokens (recompute).
-  std::uint32_t resident = 0;
-  std::uint32_t parked_ram = 0;
-  std::uint32_t parked_disk = 0;
-  std::uint32_t parked_recompute = 0;
-  std::uint64_t ram_bytes = 0;   // parked KV data in RAM (shared by forks once)
-  std::uint64_t disk_bytes = 0;
-  std::uint64_t parks = 0;       // conversations parked so far
-  std::uint64_t restores = 0;    // restored from RAM or disk
-  std::uint64_t recomputes = 0;  // re-decoded from tokens instead
-  // Conversations decoded again from their start because the model's memory
-  // could not be cut or shared where an operation asked (a recurrent or
-  // hybrid model's state; a sliding window whose cells llama.cpp reused:
-  // docs/EXECUTOR.md, "Model families"), and the positions decoded again
-  // (from the start, or from a recurrent model's checkpoint).
-  std::uint64_t redecodes = 0;
-  std::uint64_t redecode_tokens = 0;
-  double park_ms = 0;            // total time spent parking
-  double restore_ms = 0;         // total time spent restoring
-  std::uint64_t events_dropped = 0;
-  // Prefix reuse: input tokens shared from the cache instead of decoded;
-  // lookups that found a prefix (of which in the prefix cache) or none;
-  // prefix cache entries evicted; cells the prefix cache holds (counted in
-  // cells_free); positions held beyond the cells used (what sharing saves,
-  // forks included); prefixes pinned.
-  std::uint64_t prefix_tokens_reused = 0;
-  std::uint64_t prefix_hits = 0;
-  std::uint64_t prefix_cache_hits = 0;
-  std::uint64_t prefix_misses = 0;
-  std::uint64_t prefix_evictions = 0;
-  std::uint32_t prefix_cache_cells = 0;
-  std::uint64_t cells_saved = 0;
-  std::uint32_t pinned_prefixes = 0;
-  // Adapters: times a step switched the context's adapter setting (each a
-  // llama_decode of its own, after which llama.cpp re-reserves its graph),
-  // and what the cost model has learnt a switch adds to that decode.
-  std::uint64_t adapter_switches = 0;
-  double adapter_switch_ms = 0;
-  // Images (ExecutorParams::projector): encoded so far by the executor's
-  // encoder (its thread, or encode_images() callers) and its total time
-  // on them (never inside a step);
-  // embeddings batches decoded by steps and their total llama_decode time.
-  std::uint64_t images_encoded = 0;
-  double image_encode_ms = 0;
-  std::uint64_t image_batches = 0;
-  double image_decode_ms = 0;
-  // Images queued for the encoder or being encoded now (what
-  // encode_images() would take under ImageEncoding::caller).
-  std::uint32_t images_pending = 0;
-  bool worker_running = false;
-  // Over the last 1024 steps that did work.
-  double step_ms_p50 = 0;
-  double step_ms_p99 = 0;
-  double decode_ms_p50 = 0;
-  // The cost model's prediction for one token at depth 0, and its samples.
-  double predicted_ms_per_token = 0;
-  std::uint64_t cost_model_samples = 0;
-  // The attention kernel the context uses: enabled or disabled, or
-  // automatic where llama.cpp decided (layers on a GPU, a q8_0 cache); how
-  // it was chosen; and for a probe (measured or remembered) one generation
-  // step plus one prompt chunk at its shape with each kernel, the fastest of
-  // three rounds, and that shape (conversations x cells each).
-  FlashAttention flash_attn = FlashAttention::disabled;
-  AttentionSource flash_attn_source = AttentionSource::asked;
-  double flash_attn_probe_ms = 0;
-  double plain_attn_probe_ms = 0;
-  std::uint32_t attn_probe_seqs = 0;
-  std::uint32_t attn_probe_depth = 0;
-};
 
 namespace detail {
 struct ExecutorCore;
@@ -459,6 +374,21 @@ class WEFT_API Executor {
   // or more than n_ctx - 1 tokens), and as Conversation::prompt when no slot
   // can be had. Safe from any thread; never waits for a step.
   void pin_prefix(std::span<const Token> tokens);
+  // Queues `texts` for embedding and returns at once; the steps decode them
+  // (each text whole, in one decode with others that fit: one text longer
+  // than what a step's budget leaves gets the step's first place every
+  // other step, so it never starves nor holds the conversations back two
+  // steps running). Tokenized with the embedding model's vocabulary, its
+  // BOS/EOS as it declares. Throws Errc::invalid_argument (no embedder, no
+  // texts, a text with no tokens), Errc::out_of_range (a text longer than
+  // EmbedderParams::n_ctx tokens), Errc::disposed. Never waits for a step.
+  Embedding embed(const std::vector<std::string> &texts);
+  // The same for token inputs of the embedding model (each id checked:
+  // Errc::out_of_range naming it and the vocabulary size).
+  Embedding embed_tokens(std::vector<std::vector<Token>> inputs);
+  // The vectors' width; 0 without an embedder.
+  std::uint32_t embedding_size() const;
+
   // Lets a pinned prefix go (its cells join the prefix cache). False when
   // `tokens` is not pinned.
   bool unpin_prefix(std::span<const Token> tokens);

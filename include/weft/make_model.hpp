@@ -27,6 +27,9 @@ enum class ModelPreset {
   small,  // SmolLM2-135M shape: 30 layers, 576 wide, 9 heads / 3 KV heads
   b1,     // TinyLlama-1.1B shape: 22 layers, 2048 wide, 32 heads / 4 KV heads
   npc,    // trained on NPC dialogue (weft/train.hpp): 4 layers, 128 wide, f32
+  embed,  // an embedding model: tiny's shape, bidirectional attention, mean
+          // pooling (llama.attention.causal false, llama.pooling_type mean);
+          // llama only
 };
 
 enum class WeightType { f32, f16, q8_0, q4_0 };
@@ -54,7 +57,7 @@ struct ModelShape {
 
 // The shape of a preset. Pure.
 WEFT_API ModelShape preset_shape(ModelPreset preset) noexcept;
-// "tiny" | "small" | "1b" | "npc" and back; parse throws Errc::invalid_argument.
+// "tiny" | "small" | "1b" | "npc" | "embed" and back; parse throws Errc::invalid_argument.
 WEFT_API const char *preset_name(ModelPreset preset) noexcept;
 WEFT_API ModelPreset parse_preset(const std::string &name);
 WEFT_API const char *weight_type_name(WeightType type) noexcept;

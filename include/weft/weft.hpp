@@ -7,6 +7,7 @@
 #include "weft/backend.hpp"
 #include "weft/cache.hpp"
 #include "weft/conversation.hpp"
+#include "weft/embedding.hpp"
 #include "weft/error.hpp"
 #include "weft/executor.hpp"
 #include "weft/generation.hpp"

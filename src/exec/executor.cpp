@@ -187,6 +187,7 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
     // Made now, not in the step of the first image (tens of milliseconds).
     if (media.projector->non_causal) media_context();
   }
+  if (params.embedder) embedder = std::make_unique<Embedder>(model, *params.embedder, threads, attention.type);
   stats.step_ms.reserve(StepStats::kWindow);
   stats.decode_ms.reserve(StepStats::kWindow);
   scratch.planning.candidates.reserve(params.n_seq_max * 4);
@@ -234,6 +235,7 @@ void ExecutorCore::free_context() {
   }
   if (media.side_ctx != nullptr) llama_free(media.side_ctx);
   media.side_ctx = nullptr;
+  embedder.reset();  // its queued texts end with Errc::disposed
   if (ctx != nullptr) llama_free(ctx);
   ctx = nullptr;
 }
@@ -365,6 +367,11 @@ ExecutorStats Executor::stats() const {
   }
   s.image_batches = c.stats.image_batches;
   s.image_decode_ms = c.stats.image_decode_s * 1e3;
+  s.texts_embedded = c.stats.texts_embedded;
+  s.embed_tokens = c.stats.embed_tokens;
+  s.embed_decodes = c.stats.embed_decodes;
+  s.embed_ms = c.stats.embed_s * 1e3;
+  if (c.embedder) s.embed_pending = static_cast<std::uint32_t>(c.embedder->pending());
   s.prefix_cache_cells = kv.cache_cells();
   s.cells_saved = kv.cells_saved();
 

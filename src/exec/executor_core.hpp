@@ -28,6 +28,7 @@
 #include "exec/attention_probe.hpp"
 #include "exec/conv.hpp"
 #include "exec/decoder.hpp"
+#include "exec/embedder.hpp"
 #include "exec/events.hpp"
 #include "exec/media/media_state.hpp"
 #include "exec/step_plan.hpp"
@@ -49,6 +50,8 @@ struct StepStats {
   std::uint64_t adapter_switches = 0;
   std::uint64_t image_batches = 0;
   double image_decode_s = 0;
+  std::uint64_t texts_embedded = 0, embed_tokens = 0, embed_decodes = 0;
+  double embed_s = 0;
   std::vector<float> step_ms, decode_ms;  // rings of kWindow
   std::size_t pos = 0;
   void record(double step_s, double decode_s);
@@ -177,6 +180,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   EventQueue events;                 // polled events
   Worker worker;                     // the background stepper
   MediaState media;                  // images
+  std::unique_ptr<Embedder> embedder;  // ExecutorParams::embedder; its queue has a lock of its own
   AdapterState adapter_state;        // adapters
   StepStats stats;
   AttentionChoice attention;  // how flash_attn was resolved (stats)
@@ -290,6 +294,13 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // Decodes the plan's images in embeddings batches (mu released around
   // each llama_decode) and commits them.
   void run_media_locked(std::vector<MediaSegment> &segments, StepResult &result, std::unique_lock<std::mutex> &lock);
+
+  // --- Embeddings (step.cpp) ---
+  // Decodes queued texts in the embedder's context with mu released: within
+  // what the step's budget leaves (tokens, and time from t0), or, as their
+  // turn, the front text whatever it costs.
+  void run_embeddings_locked(const StepBudget &budget, std::chrono::steady_clock::time_point t0, bool turn,
+                             StepResult &result, std::unique_lock<std::mutex> &lock);
 
   // --- Run (run.cpp) ---
   // Decodes the plan's token segments (mu held on entry and exit, released

@@ -69,12 +69,20 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   }
   ++stats.steps;
   sample_phase(result, lock);
+  // Texts the last step passed over go first: their turn (never two running).
+  const bool embed_turn = embedder && embedder->due();
+  StepBudget token_budget = budget;
+  if (embed_turn) {
+    run_embeddings_locked(budget, t0, true, result, lock);
+    const std::uint32_t cap = budget.max_tokens.value_or(params.n_batch);
+    token_budget.max_tokens = cap - std::min(cap, result.tokens_embedded);
+  }
 
   const auto &moves = kv->counters();
   const std::uint64_t moves_before = moves.parks + moves.restores + moves.recomputes;
   reconcile_locked(&lock);  // what operations left while the sampling ran unlocked
-  const bool may_age = make_resident_locked(budget.max_tokens.value_or(params.n_batch), lock);
-  StepPlan plan = schedule_locked(budget, t0, result, lock);
+  const bool may_age = make_resident_locked(token_budget.max_tokens.value_or(params.n_batch), lock);
+  StepPlan plan = schedule_locked(token_budget, t0, result, lock);
   if (plan.closed) return result;
 
   const bool idle = plan.empty();
@@ -98,6 +106,15 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     // context about to fill, an image ending the input) are sampled at the
     // next step's start, before its plan, so their token decodes in the same
     // step either way.
+  }
+  // Texts in what the budget leaves.
+  if (!embed_turn && !closed) run_embeddings_locked(budget, t0, false, result, lock);
+  if (result.tokens_embedded > 0) result.idle = false;
+  if (embedder && embedder->due()) {
+    result.idle = false;  // their turn comes next step
+    notify_work();
+  }
+  if (!idle || result.tokens_embedded > 0) {
     result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     stats.record(result.seconds, result.decode_seconds);
   }
@@ -119,9 +136,32 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   std::vector<std::shared_ptr<GenState>> ended;
   ended.swap(outbox.finished);  // empty in most steps: no allocation, no extra lock
   lock.unlock();
-  if (idle) result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (idle && result.tokens_embedded == 0) result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   deliver_finished(ended);
   return result;
+}
+
+void ExecutorCore::run_embeddings_locked(const StepBudget &budget, Clock::time_point t0, bool turn,
+                                         StepResult &result, std::unique_lock<std::mutex> &lock) {
+  if (!embedder || embedder->pending() == 0) return;
+  const std::uint32_t cap = budget.max_tokens.value_or(params.n_batch);
+  const std::uint32_t used = result.tokens_decoded + result.tokens_embedded;
+  const auto now = Clock::now();
+  std::optional<double> seconds;
+  if (budget.max_time) seconds = std::chrono::duration<double>(*budget.max_time - (now - t0)).count();
+  if (budget.deadline) {
+    const double until = std::chrono::duration<double>(*budget.deadline - now).count();
+    seconds = seconds ? std::min(*seconds, until) : until;
+  }
+  lock.unlock();  // the embedder's context is the stepper's alone
+  const Embedder::Ran ran = embedder->run(cap > used ? cap - used : 0, seconds, turn);
+  lock.lock();
+  result.tokens_embedded += ran.tokens;
+  result.texts_embedded += ran.texts;
+  stats.texts_embedded += ran.texts;
+  stats.embed_tokens += ran.tokens;
+  stats.embed_decodes += ran.tokens > 0 ? 1 : 0;
+  stats.embed_s += ran.seconds;
 }
 
 }  // namespace weft::detail

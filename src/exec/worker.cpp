@@ -37,7 +37,7 @@ void Worker::loop(const std::function<StepResult()> &step, std::chrono::millisec
     std::unique_lock lock(mu_);
     if (stop_) return;
     // Sleep only when a step found nothing runnable; new work wakes us.
-    if (r.idle || (r.tokens_decoded == 0 && r.tokens_sampled == 0)) {
+    if (r.idle || (r.tokens_decoded == 0 && r.tokens_sampled == 0 && r.tokens_embedded == 0)) {
       cv_.wait_for(lock, idle_wait, [&] { return stop_ || pending_; });
       if (stop_) return;
     }

@@ -106,7 +106,8 @@ int checked_window(const MakeModelParams &p, const ModelShape &s) {
 
 ModelShape preset_shape(ModelPreset preset) noexcept {
   switch (preset) {
-    case ModelPreset::tiny: return {2, 64, 4, 2, 256, 4096, false, WeightType::f32};
+    case ModelPreset::tiny:
+    case ModelPreset::embed: return {2, 64, 4, 2, 256, 4096, false, WeightType::f32};
     case ModelPreset::small: return {30, 576, 9, 3, 1536, 8192, true, WeightType::q8_0};
     case ModelPreset::b1: return {22, 2048, 32, 4, 5632, 2048, false, WeightType::q4_0};
     case ModelPreset::npc: {
@@ -123,15 +124,16 @@ const char *preset_name(ModelPreset preset) noexcept {
     case ModelPreset::small: return "small";
     case ModelPreset::b1: return "1b";
     case ModelPreset::npc: return "npc";
+    case ModelPreset::embed: return "embed";
   }
   return "?";
 }
 
 ModelPreset parse_preset(const std::string &name) {
-  for (auto p : {ModelPreset::tiny, ModelPreset::small, ModelPreset::b1, ModelPreset::npc}) {
+  for (auto p : {ModelPreset::tiny, ModelPreset::small, ModelPreset::b1, ModelPreset::npc, ModelPreset::embed}) {
     if (name == preset_name(p)) return p;
   }
-  detail::fail(Errc::invalid_argument, fmt::format("unknown model preset '{}' (expected tiny, small, 1b or npc)", name));
+  detail::fail(Errc::invalid_argument, fmt::format("unknown model preset '{}' (expected tiny, small, 1b, npc or embed)", name));
 }
 
 const char *weight_type_name(WeightType type) noexcept {
@@ -229,6 +231,12 @@ void detail::write_random_model(const RandomModelSpec &spec) {
   gguf_set_val_u32(g, "general.file_type", static_cast<uint32_t>(to_ftype(wtype)));
   gguf_set_val_u32(g, "general.quantization_version", GGML_QNT_VERSION);
   detail::set_arch_keys(g, arch, shape, n_vocab, spec.sliding_window);
+  if (spec.encoder) {
+    // What llama.cpp reads for an embedding model: every token sees every
+    // other, and a sequence's states are averaged (LLAMA_POOLING_TYPE_MEAN).
+    gguf_set_val_bool(g, "llama.attention.causal", false);
+    gguf_set_val_u32(g, "llama.pooling_type", 1);
+  }
   gguf_set_val_str(g, "weft.preset", spec.preset.c_str());
   gguf_set_val_u64(g, "weft.seed", spec.seed);
   if (arch != ModelArch::llama) gguf_set_val_str(g, "weft.arch", model_arch_name(arch));
@@ -308,6 +316,10 @@ void make_model(const MakeModelParams &params) {
     train_npc_model(t);
     return;
   }
+  if (params.preset == ModelPreset::embed && params.arch != ModelArch::llama) {
+    detail::fail(Errc::invalid_argument, fmt::format("MakeModelParams.arch = {}: the embed preset is llama only",
+                                                     model_arch_name(params.arch)));
+  }
   const ModelShape shape = checked_shape(params.shape.value_or(preset_shape(params.preset)), params.arch);
   const int window = checked_window(params, shape);
   detail::write_random_model({.shape = shape,
@@ -318,7 +330,8 @@ void make_model(const MakeModelParams &params) {
                               .vocab = params.vocab,
                               .on_progress = params.on_progress,
                               .arch = params.arch,
-                              .sliding_window = window});
+                              .sliding_window = window,
+                              .encoder = params.preset == ModelPreset::embed});
 }
 
 }  // namespace weft

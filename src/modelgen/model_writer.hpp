@@ -41,6 +41,7 @@ struct RandomModelSpec {
   float std_kv = 0;
   ModelArch arch = ModelArch::llama;
   int sliding_window = 0;  // gemma3's (> 0); ignored by the other arches
+  bool encoder = false;    // an embedding model: non-causal, mean pooling (llama)
 };
 
 void write_random_model(const RandomModelSpec &spec);

@@ -66,7 +66,7 @@ void add_make_model(CLI::App &app) {
   auto *cmd = app.add_subcommand("make-model",
                                  "Write a GGUF: seeded random weights (tiny, small, 1b; llama, gemma3, lfm2, mamba or "
                                  "moe) or a llama trained on generated NPC dialogue (npc)");
-  cmd->add_option("--preset", o->preset, "tiny | small | 1b | npc")
+  cmd->add_option("--preset", o->preset, "tiny | small | 1b | npc | embed")
       ->check(CLI::IsMember({"tiny", "small", "1b", "npc"}))
       ->capture_default_str();
   cmd->add_option("--arch", o->arch,
