@@ -35,6 +35,7 @@
 #include "weft/error.hpp"
 #include "weft/export.hpp"
 #include "weft/generation.hpp"
+#include "weft/memory.hpp"
 #include "weft/projector.hpp"
 #include "weft/sampling.hpp"
 #include "weft/types.hpp"
@@ -217,6 +218,12 @@ class WEFT_API Conversation {
   // everyone. A conversation waiting behind higher ones rises a level every
   // 8 steps it waits, so none starves (docs/EXECUTOR.md, "Turns"). Default 0.
   void set_priority(int priority);
+  // The conversation's Memory (weft/memory.hpp), or none (nullopt, the
+  // default). save(), save_all() and spill carry it with the conversation
+  // (state version 14); fork() shares the same store. The handle is shared:
+  // what the game adds through its copy is what gets saved.
+  void set_memory(std::optional<Memory> memory);
+  std::optional<Memory> memory() const;
 
   // The LoRA adapters and control vectors (with scales, and layer ranges
   // for control vectors) its tokens decode under from now on — input

@@ -13,6 +13,7 @@
 #include "weft/generation.hpp"
 #include "weft/json_schema.hpp"
 #include "weft/log.hpp"
+#include "weft/memory.hpp"
 #include "weft/model.hpp"
 #include "weft/projector.hpp"
 #include "weft/sampling.hpp"

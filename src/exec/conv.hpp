@@ -104,6 +104,7 @@ struct Conv {
   std::shared_ptr<GenState> gen;     // running generation
   bool gen_token_queued = false;     // queue holds exactly the sampled token
   int priority = 0;
+  std::optional<Memory> memory;  // Conversation::set_memory: saved with the conversation
   AdapterConfigPtr adapters;  // the setting new input decodes under (null: none)
   AdapterSpans spans;         // ...and the one each history position was decoded under
   // The setting its next queued token decodes under.

@@ -188,6 +188,7 @@ Conversation Conversation::fork() {
       }
     }
     child->priority = c.priority;
+    child->memory = c.memory;  // the same store
     child->adapters = c.adapters;
     child->spans = c.spans;
     child->turns.last_served = c.turns.last_served;
@@ -367,6 +368,14 @@ std::vector<AdapterUse> Conversation::adapters() const {
 
 void Conversation::set_priority(int priority) {
   detail::with_conv(handle_, [&](ExecutorCore &, Conv &c) { c.priority = priority; });
+}
+
+void Conversation::set_memory(std::optional<Memory> memory) {
+  detail::with_conv(handle_, [&](ExecutorCore &, Conv &c) { c.memory = std::move(memory); });
+}
+
+std::optional<Memory> Conversation::memory() const {
+  return detail::with_conv(handle_, [](ExecutorCore &, Conv &c) { return c.memory; });
 }
 
 std::optional<Error> Conversation::error() const {

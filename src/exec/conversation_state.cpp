@@ -29,6 +29,7 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
   r.sampler_params = c.sampler_params;
   if (c.sampler) r.sampler_state = c.sampler->state();
   r.priority = c.priority;
+  if (c.memory) r.memory = c.memory->save();
   r.gen_token_queued = c.gen_token_queued;
   if (c.gen) {
     const GenState &g = *c.gen;
@@ -105,7 +106,7 @@ std::uint32_t shared_with_earlier(const Conv &c, std::span<const Conv *const> ea
 // into the cache now when no step runs (a refusal throws, the executor
 // unchanged), else at the next step boundary.
 Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, std::optional<Sampler> &&gen_sampler,
-                          ResolvedAdapters &&adapters, ResolvedMedia &&media) {
+                          ResolvedAdapters &&adapters, ResolvedMedia &&media, std::optional<Memory> &&memory) {
   if (x.closed) fail(Errc::disposed, "the executor was destroyed");
   // As settle_locked: into the cache at once only when nobody else steps,
   // before the conversation exists, so a refusal leaves nothing behind.
@@ -128,6 +129,7 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
   c->sampler_params = r.sampler_params;
   if (r.sampler_state) c->sampler = std::make_shared<Sampler>(std::move(sampler));
   c->priority = r.priority;
+  c->memory = std::move(memory);
   c->gen_token_queued = r.gen_token_queued;
   c->adapters = std::move(adapters.current);
   c->spans = std::move(adapters.spans);
@@ -223,6 +225,7 @@ struct Decoded {
   std::optional<Sampler> gen_sampler;
   ResolvedAdapters adapters;
   ResolvedMedia media;
+  std::optional<Memory> memory;
 };
 
 // Pure decoding, sampler replay and images made ready: no executor state
@@ -239,7 +242,9 @@ Decoded decode_for(ExecutorCore &x, std::span<const std::uint8_t> bytes, MediaId
   }
   auto adapters = resolve_adapters(x, rec);
   auto media = resolve_media(x, rec, ids);
-  return {std::move(rec), std::move(s), std::move(gs), std::move(adapters), std::move(media)};
+  std::optional<Memory> memory;
+  if (!rec.memory.empty()) memory = Memory::load(rec.memory);  // a damaged store: Errc::corrupt, nothing changed
+  return {std::move(rec), std::move(s), std::move(gs), std::move(adapters), std::move(media), std::move(memory)};
 }
 
 }  // namespace
@@ -348,7 +353,7 @@ Conversation Executor::load(std::span<const std::uint8_t> state) {
   {
     std::lock_guard lock(x.mu);
     conv = detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler),
-                                std::move(d.adapters), std::move(d.media));
+                                std::move(d.adapters), std::move(d.media), std::move(d.memory));
   }
   x.notify_work();
   return conv;
@@ -394,7 +399,7 @@ std::map<std::uint64_t, Conversation> Executor::load_all(std::span<const std::ui
     try {
       for (auto &[id, d] : decoded) {
         out.emplace(id, detail::adopt_locked(x, std::move(d.rec), std::move(d.sampler), std::move(d.gen_sampler),
-                                             std::move(d.adapters), std::move(d.media)));
+                                             std::move(d.adapters), std::move(d.media), std::move(d.memory)));
       }
     } catch (...) {
       // All or nothing.

@@ -10,6 +10,7 @@
 
 #include "core/internal.hpp"
 #include "state/codec_io.hpp"
+#include "state/memory_codec.hpp"
 
 namespace weft::detail {
 namespace {
@@ -97,7 +98,8 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   const bool stages = either([](const SamplerParams &p) { return uses_stages(p); });
   const bool bans = either([](const SamplerParams &p) { return !p.banned_strings.empty(); });
   const bool tool_format = r.gen && r.gen->tools && r.gen->tool_format != ToolFormat::hermes;
-  const std::uint32_t version = tool_format                  ? 13u
+  const std::uint32_t version = !r.memory.empty()            ? 14u
+                                : tool_format                ? 13u
                                 : bans                       ? 12u
                                 : r.gen && r.gen->tools      ? 11u
                                 : stages                     ? 10u
@@ -170,6 +172,10 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
     w.put(setting);
   }
   write_media(w, r);
+  if (version >= 14) {
+    w.put<std::uint64_t>(r.memory.size());
+    w.raw(r.memory.data(), r.memory.size());
+  }
   w.put<std::uint64_t>(r.kv.size());
   w.raw(r.kv.data(), r.kv.size());
   w.put(crc32(w.out));
@@ -325,6 +331,14 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
     }
   }
   if (version >= 4) read_media(r, c, what, version);
+  if (version >= 14) {
+    const auto n = r.get<std::uint64_t>("memory size");
+    if (n > kMaxMemoryBytes || n > r.left()) {
+      fail(Errc::corrupt, fmt::format("{}: memory size {} is past the {} bytes left", what, n, r.left()));
+    }
+    c.memory.resize(static_cast<std::size_t>(n));
+    r.raw(c.memory.data(), c.memory.size(), "memory");
+  }
   const auto kv = r.get<std::uint64_t>("kv size");
   if (kv > kMaxKvBytes || kv != r.left()) {
     fail(Errc::corrupt, fmt::format("{}: kv size {} does not match the {} bytes left", what, kv, r.left()));

@@ -17,12 +17,12 @@
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 13;  // the newest read
+inline constexpr std::uint32_t kStateVersion = 14;  // the newest read
 // Written unless the state needs a later version's field (a generation with
 // ignore_eos: version 6; a sampler with a json_schema: version 7; one with a
 // logit_bias: version 8; a generation recording logprobs: version 9; a sampler using typical_p, XTC, DRY or mirostat:
 // version 10; a generation with tools: version 11; a sampler with banned_strings: version 12; a generation with tools
-// in a format other than hermes: version 13), so such states stay
+// in a format other than hermes: version 13; a conversation with a Memory: version 14), so such states stay
 // readable by an older weft.
 inline constexpr std::uint32_t kPlainStateVersion = 5;
 inline constexpr std::uint32_t kOldestStateVersion = 1;  // still read
@@ -107,6 +107,8 @@ struct ConvRecord {
   std::uint64_t projector_fingerprint = 0;
   std::uint32_t media_n_embd = 0;
   std::vector<MediaRecord> media;
+  // Version 14: the conversation's Memory (Memory::save bytes); empty without.
+  std::vector<std::uint8_t> memory;
 };
 
 std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t fingerprint, std::int32_t n_vocab);
