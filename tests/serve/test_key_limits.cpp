@@ -1,5 +1,6 @@
 // weft serve's limits per API key (tools/weft/serve/key_limits.cpp): streams
 // held and given back, the 60 s token window and its Retry-After, keys apart,
+// admit_tokens (embeddings: the window only),
 // on a clock the test moves; and many threads admitting and charging at once.
 #include <gtest/gtest.h>
 
@@ -100,6 +101,35 @@ TEST(ServeKeyLimits, RetryAfterWaitsForAsManyChargesAsNeeded) {
   EXPECT_EQ(e->retry_after_s, 57);
   EXPECT_TRUE(refusal(l, "A", t0 + 61s));
   EXPECT_FALSE(refusal(l, "A", t0 + 62s));
+}
+
+// An embeddings request: the token window only, no stream slot.
+TEST(ServeKeyLimits, AdmitTokensChecksTheWindowAndTakesNoStream) {
+  KeyLimits l({.max_streams = 1, .tokens_per_minute = 100});
+  const auto t0 = Clock::now();
+  auto lease = l.admit("A", t0);  // the key's one stream, held
+  EXPECT_NO_THROW(l.admit_tokens("A", t0)) << "a held stream does not stop an embedding";
+  EXPECT_NO_THROW(l.admit_tokens("B", t0)) << "a key never seen";
+  l.charge("A", 60, t0);
+  EXPECT_EQ(l.streams("A"), 1u);
+  EXPECT_NO_THROW(l.admit_tokens("A", t0 + 1s));
+  l.charge("A", 60, t0 + 1s);  // 120: the request that crossed the limit ran
+  EXPECT_EQ(l.tokens_in_window("A", t0 + 1s), 120u);
+  try {
+    l.admit_tokens("A", t0 + 2s);
+    FAIL() << "admitted over the limit";
+  } catch (const ApiError &e) {
+    EXPECT_EQ(e.status, 429);
+    EXPECT_EQ(e.code, "rate_limit_exceeded");
+    EXPECT_EQ(e.retry_after_s, 58);
+  }
+  // Generations see the same window.
+  lease = KeyLimits::Lease();
+  const auto e = refusal(l, "A", t0 + 2s);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, "rate_limit_exceeded");
+  EXPECT_NO_THROW(l.admit_tokens("A", t0 + 60s));
+  EXPECT_EQ(l.streams("A"), 0u);
 }
 
 TEST(ServeKeyLimits, NoLimitsAdmitEverything) {

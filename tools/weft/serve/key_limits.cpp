@@ -38,6 +38,34 @@ void KeyLimits::forget_if_idle(std::map<std::string, Usage>::iterator it) {
   if (it->second.streams == 0 && it->second.charges.empty()) usage_.erase(it);
 }
 
+void KeyLimits::check_tokens(const Usage &u, Clock::time_point now) const {
+  if (opt_.tokens_per_minute == 0 || u.total < opt_.tokens_per_minute) return;
+  // The window falls under the limit once enough of its oldest charges have left it.
+  std::uint64_t left = u.total;
+  auto free_at = now;
+  for (const auto &[t, n] : u.charges) {
+    left -= n;
+    free_at = t + window;
+    if (left < opt_.tokens_per_minute) break;
+  }
+  const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(free_at - now).count();
+  ApiError e(429, "rate_limit_error", "rate_limit_exceeded",
+             fmt::format("this API key used {} tokens in the last 60 s on this server, its limit "
+                         "(--key-tokens-per-minute {}); retry in {:.1f} s",
+                         u.total, opt_.tokens_per_minute, static_cast<double>(wait) / 1000.0));
+  e.retry_after_s = static_cast<int>(std::max<long long>(1, (wait + 999) / 1000));
+  throw e;
+}
+
+void KeyLimits::admit_tokens(const std::string &key_id, Clock::time_point now) {
+  if (opt_.tokens_per_minute == 0) return;
+  std::lock_guard lk(mu_);
+  const auto it = usage_.find(key_id);
+  if (it == usage_.end()) return;
+  prune(it->second, now);
+  check_tokens(it->second, now);
+}
+
 KeyLimits::Lease KeyLimits::admit(const std::string &key_id, Clock::time_point now) {
   std::lock_guard lk(mu_);
   auto it = usage_.try_emplace(key_id).first;
@@ -50,23 +78,7 @@ KeyLimits::Lease KeyLimits::admit(const std::string &key_id, Clock::time_point n
     e.retry_after_s = 1;
     throw e;
   }
-  if (opt_.tokens_per_minute > 0 && u.total >= opt_.tokens_per_minute) {
-    // The window falls under the limit once enough of its oldest charges have left it.
-    std::uint64_t left = u.total;
-    auto free_at = now;
-    for (const auto &[t, n] : u.charges) {
-      left -= n;
-      free_at = t + window;
-      if (left < opt_.tokens_per_minute) break;
-    }
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(free_at - now).count();
-    ApiError e(429, "rate_limit_error", "rate_limit_exceeded",
-               fmt::format("this API key used {} tokens in the last 60 s on this server, its limit "
-                           "(--key-tokens-per-minute {}); retry in {:.1f} s",
-                           u.total, opt_.tokens_per_minute, static_cast<double>(wait) / 1000.0));
-    e.retry_after_s = static_cast<int>(std::max<long long>(1, (wait + 999) / 1000));
-    throw e;
-  }
+  check_tokens(u, now);
   ++u.streams;
   return Lease(this, key_id);
 }

@@ -5,7 +5,8 @@
 // lives in the registry (--key-max-conversations).
 //
 // Tokens are prompt tokens (counted when the request is admitted) plus
-// generated ones (counted as they are handed out). A request is admitted
+// generated ones (counted as they are handed out), and the tokens of texts
+// embedded (/v1/embeddings, counted when queued). A request is admitted
 // while the key's last 60 s hold fewer tokens than its limit, so the one
 // that crosses it runs to its own end; the next waits until enough of the
 // window has passed. Without API keys every request counts as one key ("").
@@ -59,6 +60,12 @@ class KeyLimits {
   // too_many_streams (Retry-After: 1) or rate_limit_exceeded (Retry-After:
   // the seconds until the window falls under the limit).
   Lease admit(const std::string &key_id, Clock::time_point now);
+  // Admits a request that runs no generation (an embeddings request): only
+  // the key's tokens in the window are checked (429 rate_limit_exceeded);
+  // it takes no stream slot.
+  void admit_tokens(const std::string &key_id, Clock::time_point now);
+  // Counts `tokens` against the key's window, as Lease::charge does.
+  void charge(const std::string &key_id, std::uint64_t tokens, Clock::time_point now) { add(key_id, tokens, now); }
   // Tokens the key used in the window ending at `now`, and its running generations.
   std::uint64_t tokens_in_window(const std::string &key_id, Clock::time_point now);
   std::uint32_t streams(const std::string &key_id);
@@ -70,6 +77,8 @@ class KeyLimits {
     std::uint64_t total = 0;                                            // sum of charges
   };
   void prune(Usage &u, Clock::time_point now);
+  // Throws rate_limit_exceeded when `u` (pruned) is at the key's tokens per minute.
+  void check_tokens(const Usage &u, Clock::time_point now) const;
   void release(const std::string &key_id);
   void add(const std::string &key_id, std::uint64_t tokens, Clock::time_point now);
   void forget_if_idle(std::map<std::string, Usage>::iterator it);
