@@ -18,6 +18,13 @@
 // Conversation::prompt_image) and {"type": "audio_f32", "path"} (raw
 // little-endian f32 samples, queued with prompt_audio); the templated text is
 // queued piece by piece around them, and prompt_tokens counts every position.
+//
+// REQUEST_JSON {"embed": [inputs], "embedding_model"?: path, "pooling"?:
+// "mean"|"cls"|"last"|"model", "embedding_ctx"?: n}: each input (a string, or
+// an array of token ids) embedded alone with Executor::embed / embed_tokens
+// on an executor over MODEL whose embedder is the embedding model (MODEL's
+// own without one). Prints {"n_embd", "vectors": [[floats]], "tokens": [each
+// input's tokens as the embedder decoded them: ExecutorStats::embed_tokens]}.
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -80,6 +87,32 @@ void queue_chat(const weft::Model &model, weft::Conversation &conv, const std::s
   }
 }
 
+// The "embed" request (above).
+nlohmann::json run_embed(const weft::Model &model, weft::ExecutorParams ep, const nlohmann::json &req) {
+  weft::EmbedderParams e;
+  if (req.contains("embedding_model")) e.model = weft::Model::load({.path = req["embedding_model"].get<std::string>()});
+  const std::string pooling = req.value("pooling", "model");
+  e.pooling = pooling == "mean" ? weft::Pooling::mean
+              : pooling == "cls" ? weft::Pooling::cls
+              : pooling == "last" ? weft::Pooling::last
+                                  : weft::Pooling::model;
+  e.n_ctx = req.value("embedding_ctx", 512u);
+  ep.embedder = e;
+  weft::Executor ex(model, ep);
+  nlohmann::json vectors = nlohmann::json::array(), tokens = nlohmann::json::array();
+  for (const auto &in : req["embed"]) {
+    const auto before = ex.stats().embed_tokens;
+    auto emb = in.is_string() ? ex.embed({in.get<std::string>()})
+                              : ex.embed_tokens({in.get<std::vector<weft::Token>>()});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!emb.done() && std::chrono::steady_clock::now() < deadline) ex.step();
+    if (!emb.done() || emb.error()) throw std::runtime_error("the embedding did not finish");
+    vectors.push_back(emb.vector(0));
+    tokens.push_back(ex.stats().embed_tokens - before);
+  }
+  return {{"n_embd", ex.embedding_size()}, {"vectors", vectors}, {"tokens", tokens}};
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -97,6 +130,10 @@ int main(int argc, char **argv) {
     ep.n_threads = std::stoi(argv[5]);
     ep.flash_attn = weft::FlashAttention::disabled;  // as the servers under test (helpers.mjs)
     if (argc == 8) ep.projector = weft::Projector::load(model, {.path = argv[7]});
+    if (req.contains("embed")) {
+      std::printf("%s\n", run_embed(model, ep, req).dump().c_str());
+      return 0;
+    }
     weft::Executor ex(model, ep);
 
     std::vector<weft::Token> prompt;

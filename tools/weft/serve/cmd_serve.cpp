@@ -127,6 +127,20 @@ void add_serve(CLI::App &app) {
       ->capture_default_str()->check(CLI::Range(0u, 1024u));
   cmd->add_option("--max-media-bytes", o->max_media_bytes, "Largest image or WAV file, decoded, in a request")
       ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
+  cmd->add_option("--embedding-model", o->embedding_model,
+                  "An embedding GGUF (a non-causal model with pooling) that POST /v1/embeddings embeds with, on a "
+                  "second context beside the chat model's (default: none; see --embeddings)");
+  cmd->add_flag("--embeddings", o->embeddings,
+                "POST /v1/embeddings with the chat model's own pooled hidden states when no --embedding-model is "
+                "given (weaker than a trained embedding model)");
+  cmd->add_option("--embedding-ctx", o->embedding_ctx,
+                  "Most tokens of one embeddings input, the embedding context's cells (default 512; at most the "
+                  "embedding model's n_ctx_train)")
+      ->check(CLI::Range(8u, 1u << 20));
+  cmd->add_option("--pooling", o->pooling,
+                  "How an input's token states become one vector: mean, cls, last, or model (what the embedding "
+                  "model's GGUF declares, mean when it declares none; the default)")
+      ->check(CLI::IsMember({"mean", "cls", "last", "model"}));
   cmd->callback([o] {
     // SIGINT/SIGTERM/SIGHUP are taken by sigtimedwait below: blocked here,
     // before any thread starts, so every thread inherits the mask and no
@@ -150,6 +164,10 @@ void add_serve(CLI::App &app) {
       fmt::print("weft serve: projector {} ({}{}{})\n", o->mmproj, c.projector.vision() ? "images" : "",
                  c.projector.vision() && c.projector.audio() ? ", " : "",
                  c.projector.audio() ? fmt::format("audio at {} Hz", c.projector.audio_sample_rate()) : "");
+    if (c.embed_model)
+      fmt::print("weft serve: embeddings with {} ({}{}), {} floats, at most {} tokens per input, pooling {}\n",
+                 c.embed_model_name, c.embed_model->description(), o->embedding_model.empty() ? ", the chat model" : "",
+                 c.ex->embedding_size(), c.embed_n_ctx, o->pooling.empty() ? "model" : o->pooling);
     if (!o->store.empty())
       fmt::print("weft serve: node {}, state store {}\n", c.cluster->node_id(), o->store);
     fmt::print("weft serve: {}\n", serve::describe_access(*o, *c.keys));

@@ -52,6 +52,13 @@ std::string prometheus_text(ServeContext &ctx) {
   o.one("weft_redecode_tokens_total", "counter", "Positions decoded again for them", st.redecode_tokens);
   o.one("weft_spill_ram_bytes", "gauge", "Parked KV data in RAM", st.ram_bytes);
   o.one("weft_spill_disk_bytes", "gauge", "Parked KV data on disk", st.disk_bytes);
+  // The embedder (--embedding-model, --embeddings): all zero without one.
+  o.one("weft_texts_embedded_total", "counter", "Texts the executor embedded (the start's probe included)",
+        st.texts_embedded);
+  o.one("weft_embed_tokens_total", "counter", "Tokens decoded for embeddings", st.embed_tokens);
+  o.one("weft_embed_decodes_total", "counter", "llama_decode calls for embeddings", st.embed_decodes);
+  o.one("weft_embed_seconds_total", "counter", "Wall time of the embeddings decodes", st.embed_ms / 1000.0);
+  o.one("weft_embed_pending", "gauge", "Embeddings inputs queued, not yet decoded", st.embed_pending);
 
   const auto h = ctx.stepper->histogram();
   o.head("weft_step_duration_seconds", "histogram", "Wall time of steps that decoded or sampled");
@@ -68,7 +75,17 @@ std::string prometheus_text(ServeContext &ctx) {
 
   o.one("weft_prompt_tokens_total", "counter", "Prompt tokens of requests", ctx.counters.prompt_tokens.load());
   o.one("weft_completion_tokens_total", "counter", "Tokens generated for requests", ctx.counters.completion_tokens.load());
-  o.one("weft_request_timeouts_total", "counter", "Generations cut by --timeout", ctx.counters.timeouts.load());
+  o.one("weft_embedding_requests_total", "counter", "Embeddings requests answered with vectors",
+        ctx.counters.embedding_requests.load());
+  o.one("weft_embedding_inputs_total", "counter", "Inputs embedded for requests", ctx.counters.embedding_inputs.load());
+  o.one("weft_embedding_tokens_total", "counter", "Tokens of the inputs embedded for requests",
+        ctx.counters.embedding_tokens.load());
+  o.one("weft_embedding_disconnects_total", "counter", "Embeddings requests whose client went away (cancelled)",
+        ctx.counters.embedding_disconnects.load());
+  o.one("weft_active_embeddings", "gauge", "Embeddings requests waiting for their vectors",
+        ctx.active_embeddings.load());
+  o.one("weft_request_timeouts_total", "counter", "Generations and embeddings cut by --timeout",
+        ctx.counters.timeouts.load());
   o.one("weft_client_disconnects_total", "counter", "Streams whose client went away", ctx.counters.disconnects.load());
   o.one("weft_http_connections", "gauge", "Open HTTP connections", ctx.counters.connections.load());
   o.one("weft_http_connections_refused_total", "counter", "Connections refused past --max-connections",
@@ -140,6 +157,21 @@ void add_metrics_routes(httplib::Server &svr, ServeContext &ctx) {
                                {"tokens", s.tokens},
                                {"mean_ms", s.steps ? s.sum_ms / s.steps : 0.0},
                                {"max_ms", s.max_ms}});
+            // null when embeddings are off.
+            Json embeddings = nullptr;
+            if (ctx.embed_model)
+              embeddings = {{"model", ctx.embed_model_name},
+                            {"n_embd", ctx.ex->embedding_size()},
+                            {"n_ctx", ctx.embed_n_ctx},
+                            {"requests", ctx.counters.embedding_requests.load()},
+                            {"inputs", ctx.counters.embedding_inputs.load()},
+                            {"tokens", ctx.counters.embedding_tokens.load()},
+                            {"active", ctx.active_embeddings.load()},
+                            {"texts_embedded", st.texts_embedded},
+                            {"embed_tokens", st.embed_tokens},
+                            {"embed_decodes", st.embed_decodes},
+                            {"embed_ms", st.embed_ms},
+                            {"pending", st.embed_pending}};
             send_json(res, Json{{"model", ctx.model_name},
                                 {"uptime_s", now},
                                 {"n_ctx", st.n_ctx},
@@ -155,6 +187,7 @@ void add_metrics_routes(httplib::Server &svr, ServeContext &ctx) {
                                 {"residency", {{"resident", st.resident}, {"ram", st.parked_ram},
                                                {"disk", st.parked_disk}, {"recompute", st.parked_recompute}}},
                                 {"conversations", convs},
+                                {"embeddings", embeddings},
                                 {"step_seconds", steps}});
           }));
 }

@@ -302,7 +302,26 @@ void add_openai_routes(httplib::Server &svr, ServeContext &ctx) {
                                 {"n_params", ctx.model.n_params()},
                                 {"description", ctx.model.description()},
                                 {"chat_template", ctx.chat_template.empty() ? "chatml (fallback)" : ctx.chat_template.substr(0, 200)}}}};
-            send_json(res, Json{{"object", "list"}, {"data", Json::array({m})}});
+            Json data = Json::array({m});
+            if (ctx.embed_model) {
+              // The embedder: the chat model's own entry, or an entry of its own.
+              const Json e = {{"n_embd", ctx.ex->embedding_size()}, {"n_ctx", ctx.embed_n_ctx},
+                              {"pooling", ctx.opt.pooling.empty() ? "model" : ctx.opt.pooling}};
+              if (ctx.embed_model_name == ctx.model_name && ctx.opt.embedding_model.empty()) {
+                data[0]["meta"]["embeddings"] = e;
+              } else {
+                data.push_back({{"id", ctx.embed_model_name},
+                                {"object", "model"},
+                                {"created", 0},
+                                {"owned_by", "weft"},
+                                {"meta", {{"n_ctx_train", ctx.embed_model->n_ctx_train()},
+                                          {"n_vocab", ctx.embed_model->n_vocab()},
+                                          {"n_params", ctx.embed_model->n_params()},
+                                          {"description", ctx.embed_model->description()},
+                                          {"embeddings", e}}}});
+              }
+            }
+            send_json(res, Json{{"object", "list"}, {"data", data}});
           }));
   svr.Post("/v1/chat/completions", guarded([&ctx](const httplib::Request &req, httplib::Response &res) {
              run_completion(ctx, req, res, true);

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "serve/cluster.hpp"
@@ -29,6 +30,10 @@ struct ServeCounters {
   std::atomic<std::uint64_t> disconnects{0};        // streams whose client went away
   std::atomic<int> connections{0};                   // open HTTP connections, over --max-connections included
   std::atomic<std::uint64_t> connections_refused{0};  // answered 503 server_busy, or closed at once
+  std::atomic<std::uint64_t> embedding_requests{0};     // /v1/embeddings answered with vectors
+  std::atomic<std::uint64_t> embedding_inputs{0};       // inputs embedded for them
+  std::atomic<std::uint64_t> embedding_tokens{0};       // their tokens (usage.prompt_tokens)
+  std::atomic<std::uint64_t> embedding_disconnects{0};  // embeddings whose client went away (cancelled)
   std::mutex mu;
   std::map<std::pair<std::string, int>, std::uint64_t> requests;  // (route, status) -> count
 
@@ -55,6 +60,14 @@ struct ServeContext {
   std::atomic<bool> draining{false};    // SIGTERM: new work is refused (503)
   std::atomic<bool> cancel_all{false};  // the grace period is over: running generations end
   std::atomic<int> active_runs{0};      // generations a request is waiting on or streaming
+  // Embeddings (--embedding-model, --embeddings): the model that embeds (the
+  // chat model itself with --embeddings) and the name requests give it;
+  // unset: POST /v1/embeddings refuses (embeddings.hpp).
+  std::optional<weft::Model> embed_model;
+  std::string embed_model_name;
+  std::uint32_t embed_n_ctx = 0;            // most tokens of one input (EmbedderParams::n_ctx)
+  std::uint32_t embed_special_tokens = 0;   // tokens the embedder adds to each text (BOS/EOS/SEP), measured at start
+  std::atomic<int> active_embeddings{0};    // embeddings requests waiting for their vectors
 
   ServeContext(ServeOptions o, std::unique_ptr<KeyRing> k, weft::Model m)
       : opt(std::move(o)), keys(std::move(k)), model(std::move(m)),

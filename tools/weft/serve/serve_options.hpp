@@ -60,6 +60,13 @@ struct ServeOptions {
   bool allow_remote_media = false;          // fetch http:// image URLs (the server reaches out: off by default)
   std::uint32_t max_media = 8;              // images and clips in one request
   std::uint64_t max_media_bytes = 4u << 20; // one decoded image or WAV file
+  // Embeddings (docs/SERVE.md, "Embeddings"): POST /v1/embeddings on the
+  // executor's embedder (ExecutorParams::embedder). Neither of the first two
+  // set: the route answers 404 embeddings_disabled.
+  std::string embedding_model;      // --embedding-model: an embedding GGUF path
+  bool embeddings = false;          // --embeddings: the chat model's own pooled states
+  std::uint32_t embedding_ctx = 0;  // --embedding-ctx: most tokens of one input; 0: 512
+  std::string pooling;              // --pooling: mean, cls, last or model; empty: model
 };
 
 }  // namespace weft_cli::serve

@@ -24,6 +24,7 @@
 #include "serve/state_store.hpp"
 #include "serve/conversation_routes.hpp"
 #include "serve/dashboard.hpp"
+#include "serve/embeddings.hpp"
 #include "serve/metrics.hpp"
 #include "serve/openai_routes.hpp"
 
@@ -227,6 +228,7 @@ ServeApp::ServeApp(ServeOptions opt) {
   auto keys = std::make_unique<KeyRing>(KeyOptions{.api_keys = opt.api_keys, .admin_keys = opt.admin_keys,
                                                    .key_file = opt.api_key_file, .metrics_key = opt.metrics_key});
   check_exposure(opt, *keys);
+  check_embedding_options(opt);
   auto model = weft::Model::load({.path = opt.model, .rpc = opt.rpc});
   ctx_ = std::make_unique<ServeContext>(std::move(opt), std::move(keys), std::move(model));
   auto &c = *ctx_;
@@ -246,7 +248,9 @@ ServeApp::ServeApp(ServeOptions opt) {
   ep.projector = c.projector;
   c.media = MediaLimits{.max_parts = c.opt.max_media, .max_bytes = c.opt.max_media_bytes,
                         .allow_remote = c.opt.allow_remote_media};
+  ep.embedder = embedder_params(c);
   c.ex = std::make_unique<weft::Executor>(c.model, ep);
+  if (ep.embedder) probe_embedder(c);  // before the worker: it steps the executor itself
   // The step budget: how many tokens one step may decode, so how long the
   // conversations that are generating wait for a step that also ingests prompts.
   weft::StepBudget budget;
@@ -306,6 +310,7 @@ void ServeApp::configure_http() {
     c.counters.count_request(req.matched_route.empty() ? "other" : req.method + " " + req.matched_route, res.status);
   });
   add_openai_routes(svr_, c);
+  add_embeddings_routes(svr_, c);
   add_conversation_routes(svr_, c);
   add_metrics_routes(svr_, c);
   add_dashboard_routes(svr_);
@@ -332,16 +337,16 @@ void ServeApp::shutdown() {
   auto &c = *ctx_;
   using clock = std::chrono::steady_clock;
   c.draining = true;
-  // Running generations may finish within the grace period...
+  // Running generations and embeddings may finish within the grace period...
+  const auto open = [&c] { return c.active_runs.load() + c.active_embeddings.load(); };
   const auto grace = clock::now() + std::chrono::duration_cast<clock::duration>(
                                         std::chrono::duration<double>(c.opt.shutdown_grace_s));
-  while (c.active_runs.load() > 0 && clock::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (open() > 0 && clock::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   // ...then they are cancelled; their requests answer within ~50 ms.
   c.cancel_all = true;
   const auto answered = clock::now() + std::chrono::seconds(5);
-  while (c.active_runs.load() > 0 && clock::now() < answered) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  if (c.active_runs.load() > 0)
-    std::fprintf(stderr, "weft serve: %d requests still open after 5 s; closing them\n", c.active_runs.load());
+  while (open() > 0 && clock::now() < answered) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (open() > 0) std::fprintf(stderr, "weft serve: %d requests still open after 5 s; closing them\n", open());
   svr_.stop();
   if (listener_.joinable()) listener_.join();
   c.cluster.reset();  // its thread saves conversations: before they go

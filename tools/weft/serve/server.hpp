@@ -31,7 +31,7 @@ class ServeApp {
   void start();
   // False once the HTTP server stopped (shutdown, or a failure).
   bool running() const;
-  // Graceful: new requests get 503; running generations get
+  // Graceful: new requests get 503; running generations (and embeddings) get
   // --shutdown-grace seconds to finish, then are cancelled (streams end with
   // an error event and [DONE]); open requests get up to 5 s to answer; then
   // the HTTP server, the stepping thread and the executor stop. Idempotent.
