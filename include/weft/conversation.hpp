@@ -59,6 +59,18 @@ struct PromptOptions {
   bool parse_special = false;
 };
 
+// Conversation::compact: the history becomes its first keep_first tokens,
+// then `summary`, then its last keep_last tokens.
+struct CompactParams {
+  // Tokens kept at the start (a system prompt, the NPC's card). Default 0.
+  std::uint32_t keep_first = 0;
+  // Most recent tokens kept. Default 0.
+  std::uint32_t keep_last = 0;
+  // Text put between them (tokenized without BOS), e.g. a summary of what
+  // goes (weft/compaction.hpp, summarize_and_compact). Default empty.
+  std::string summary;
+};
+
 namespace detail {
 struct ConvHandle;
 }
@@ -182,6 +194,17 @@ class WEFT_API Conversation {
   // Context shift: keep the first `keep` tokens, drop the next `discard`.
   // Same as remove(keep, keep + discard).
   void shift_left(std::uint32_t keep, std::uint32_t discard);
+
+  // History compaction (docs/EXECUTOR.md, "Memory and compaction"): the
+  // tokens become tokens()[0, keep_first) + summary + the last keep_last,
+  // exactly as a fresh prompt of that history would leave them — the first
+  // part keeps its cells, the rest is queued and decoded by the next steps
+  // like a prompt (so its logits equal a fresh decode; shift_left() is the
+  // cheaper, inexact way, without a summary). Cancels a running generation.
+  // Throws Errc::out_of_range when keep_first + keep_last exceed n_tokens()
+  // or the result exceeds n_ctx, Errc::invalid_argument when an image lies
+  // at or past keep_first (images cannot be re-queued as tokens).
+  void compact(const CompactParams &params);
 
   // Releases the sequence slot and KV cells, drops queued input, cancels a
   // running generation. Idempotent.

@@ -74,6 +74,10 @@ class WEFT_API Embedding {
   // Inputs given to Executor::embed, and of them embedded so far.
   std::size_t size() const;
   std::size_t n_done() const;
+  // Input i's tokens (with the BOS/EOS/SEP its model adds): what it costs,
+  // and OpenAI's usage.prompt_tokens. Throws Errc::out_of_range for
+  // i >= size().
+  std::size_t n_tokens(std::size_t i) const;
   // The vectors' width (the embedding model's n_embd).
   std::uint32_t n_embd() const;
   // Input i's vector: empty until it is embedded. Throws Errc::out_of_range

@@ -6,6 +6,7 @@
 #include "weft/adapter.hpp"
 #include "weft/backend.hpp"
 #include "weft/cache.hpp"
+#include "weft/compaction.hpp"
 #include "weft/conversation.hpp"
 #include "weft/embedding.hpp"
 #include "weft/error.hpp"

@@ -233,6 +233,53 @@ void Conversation::rewind(std::uint32_t n) {
   });
 }
 
+void Conversation::compact(const CompactParams &p) {
+  auto &core = detail::core_of(handle_);
+  const std::vector<Token> summary = p.summary.empty() ? std::vector<Token>{} : core.model.tokenize(p.summary);
+  detail::edit_conv(handle_, [&](ExecutorCore &x, Conv &c) {
+    const std::uint32_t decoded = c.n_decoded(), total = decoded + c.n_queued();
+    if (p.keep_first > total || p.keep_last > total - p.keep_first) {
+      detail::fail(Errc::out_of_range, fmt::format("conversation {}: keep_first {} + keep_last {} exceed its {} tokens",
+                                                   c.id, p.keep_first, p.keep_last, total));
+    }
+    const std::uint64_t after = std::uint64_t(p.keep_first) + summary.size() + p.keep_last;
+    if (after > x.n_ctx) {
+      detail::fail(Errc::out_of_range, fmt::format("conversation {}: the compacted history ({} tokens) exceeds n_ctx = {}",
+                                                   c.id, after, x.n_ctx));
+    }
+    if (!c.media.empty() && c.media.back().end() > p.keep_first) {
+      detail::fail(Errc::invalid_argument,
+                   fmt::format("conversation {}: an image ends at position {}, past keep_first = {}; images cannot be "
+                               "queued again as tokens",
+                               c.id, c.media.back().end(), p.keep_first));
+    }
+    // What is queued again: the kept start that was not decoded yet, the summary, the kept end.
+    const auto queued = c.queue.view();
+    const auto at = [&](std::uint32_t i) { return i < decoded ? c.history[i] : queued[i - decoded]; };
+    std::vector<Token> requeue;
+    requeue.reserve(after);
+    for (std::uint32_t i = std::min(p.keep_first, decoded); i < p.keep_first; ++i) requeue.push_back(at(i));
+    requeue.insert(requeue.end(), summary.begin(), summary.end());
+    for (std::uint32_t i = total - p.keep_last; i < total; ++i) requeue.push_back(at(i));
+    x.finish_generation_locked(c, FinishReason::cancelled);
+    if (c.n_queued() > 0) {
+      c.queue.pop_back(c.n_queued());
+      c.gen_token_queued = false;
+      x.bump(c);
+    }
+    x.truncate_locked(c, std::min(p.keep_first, decoded));
+    c.spans.truncate(c.n_decoded());
+    if (requeue.empty()) {
+      x.ensure_logits_locked(c);
+      return;
+    }
+    x.admit_locked(c, requeue.size());
+    if (c.resident() && !c.kv.has_slot()) x.claim_slot_locked(c, "compact");
+    c.turns.ready_since = x.stats.steps;
+    c.queue.push_back(requeue);
+  });
+}
+
 void Conversation::remove(std::uint32_t p0, std::uint32_t p1) {
   detail::edit_conv(handle_, [&](ExecutorCore &x, Conv &c) {
     if (p0 > p1 || p1 > c.n_decoded()) {

@@ -158,6 +158,11 @@ std::size_t Embedder::pending() const {
 
 double Embedder::predict(std::uint32_t n) const { return per_token_ * n; }
 
+Embedder::Counters Embedder::counters() const {
+  std::lock_guard lock(qmu_);
+  return counters_;
+}
+
 void Embedder::take_locked(std::uint32_t tokens, std::optional<double> seconds, bool turn, std::vector<Pick> &out) {
   out.clear();
   const bool measured = per_token_ > 0;
@@ -211,10 +216,17 @@ Embedder::Ran Embedder::run(std::uint32_t tokens, std::optional<double> seconds,
   }
   ran.tokens = static_cast<std::uint32_t>(batch_.n_tokens);
   const int rc = llama_decode(ctx_, batch_);
-  deliver(picks_, rc);
-  if (llama_memory_t mem = llama_get_memory(ctx_)) llama_memory_clear(mem, true);
   ran.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (rc == 0 ? ran.texts : ran.failed) = static_cast<std::uint32_t>(picks_.size());
+  {
+    std::lock_guard lock(qmu_);
+    counters_.texts += ran.texts;
+    counters_.tokens += ran.tokens;
+    counters_.decodes += 1;
+    counters_.seconds += ran.seconds;
+  }
+  deliver(picks_, rc);
+  if (llama_memory_t mem = llama_get_memory(ctx_)) llama_memory_clear(mem, true);
   if (rc == 0) {
     const double s = ran.seconds / ran.tokens;
     per_token_ = per_token_ > 0 ? 0.7 * per_token_ + 0.3 * s : s;

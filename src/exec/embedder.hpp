@@ -75,6 +75,14 @@ class Embedder {
   // Ends every queued job with `why` (the executor is going away).
   void fail_all(const Error &why);
 
+  // Totals so far (ExecutorStats), counted before a decode's vectors are
+  // handed out: whoever sees a vector sees it counted.
+  struct Counters {
+    std::uint64_t texts = 0, tokens = 0, decodes = 0;
+    double seconds = 0;
+  };
+  Counters counters() const;
+
   std::uint32_t n_embd() const { return n_embd_; }
   std::uint32_t n_ctx() const { return n_ctx_; }
   Pooling pooling() const { return pooling_; }
@@ -98,7 +106,8 @@ class Embedder {
   std::uint32_t n_ctx_ = 0;
   std::uint32_t n_embd_ = 0;
 
-  mutable std::mutex qmu_;  // guards queue_ and next_
+  mutable std::mutex qmu_;  // guards queue_, next_, pending_ and counters_
+  Counters counters_;
   std::deque<std::shared_ptr<EmbedJob>> queue_;
   std::size_t next_ = 0;     // the front job's first input not yet taken
   std::size_t pending_ = 0;  // inputs queued, not taken

@@ -74,6 +74,13 @@ std::size_t Embedding::n_done() const {
 
 std::uint32_t Embedding::n_embd() const { return job_ ? job_->n_embd : 0; }
 
+std::size_t Embedding::n_tokens(std::size_t i) const {
+  if (i >= size()) {
+    detail::fail(Errc::out_of_range, fmt::format("Embedding::n_tokens({}): the embedding has {} inputs", i, size()));
+  }
+  return job_->inputs[i].size();  // read-only once queued
+}
+
 std::vector<float> Embedding::vector(std::size_t i) const {
   if (i >= size()) {
     detail::fail(Errc::out_of_range, fmt::format("Embedding::vector({}): the embedding has {} inputs", i, size()));

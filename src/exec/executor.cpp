@@ -367,11 +367,14 @@ ExecutorStats Executor::stats() const {
   }
   s.image_batches = c.stats.image_batches;
   s.image_decode_ms = c.stats.image_decode_s * 1e3;
-  s.texts_embedded = c.stats.texts_embedded;
-  s.embed_tokens = c.stats.embed_tokens;
-  s.embed_decodes = c.stats.embed_decodes;
-  s.embed_ms = c.stats.embed_s * 1e3;
-  if (c.embedder) s.embed_pending = static_cast<std::uint32_t>(c.embedder->pending());
+  if (c.embedder) {
+    const auto e = c.embedder->counters();
+    s.texts_embedded = e.texts;
+    s.embed_tokens = e.tokens;
+    s.embed_decodes = e.decodes;
+    s.embed_ms = e.seconds * 1e3;
+    s.embed_pending = static_cast<std::uint32_t>(c.embedder->pending());
+  }
   s.prefix_cache_cells = kv.cache_cells();
   s.cells_saved = kv.cells_saved();
 

@@ -50,8 +50,6 @@ struct StepStats {
   std::uint64_t adapter_switches = 0;
   std::uint64_t image_batches = 0;
   double image_decode_s = 0;
-  std::uint64_t texts_embedded = 0, embed_tokens = 0, embed_decodes = 0;
-  double embed_s = 0;
   std::vector<float> step_ms, decode_ms;  // rings of kWindow
   std::size_t pos = 0;
   void record(double step_s, double decode_s);

@@ -158,10 +158,6 @@ void ExecutorCore::run_embeddings_locked(const StepBudget &budget, Clock::time_p
   lock.lock();
   result.tokens_embedded += ran.tokens;
   result.texts_embedded += ran.texts;
-  stats.texts_embedded += ran.texts;
-  stats.embed_tokens += ran.tokens;
-  stats.embed_decodes += ran.tokens > 0 ? 1 : 0;
-  stats.embed_s += ran.seconds;
 }
 
 }  // namespace weft::detail

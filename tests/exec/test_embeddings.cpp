@@ -172,6 +172,8 @@ TEST(Embeddings, ReportTheirWidthAndAreUnitLength) {
   weft::Executor ex(weft_test::tiny(), params_with(embed_model()));
   EXPECT_EQ(ex.embedding_size(), static_cast<std::uint32_t>(embed_model().n_embd()));
   auto e = ex.embed({"the baker", "a wolf in the forest"});
+  EXPECT_EQ(e.n_tokens(0), embed_tokens_of(embed_model(), "the baker").size());
+  e.wait_for(std::chrono::milliseconds(0));
   weft_test::run_until_idle(ex);
   ASSERT_TRUE(e.done());
   for (const auto &v : e.vectors()) {
@@ -183,6 +185,7 @@ TEST(Embeddings, ReportTheirWidthAndAreUnitLength) {
   EXPECT_EQ(st.texts_embedded, 2u);
   EXPECT_GT(st.embed_tokens, 2u);
   EXPECT_EQ(st.embed_pending, 0u);
+  EXPECT_EQ(st.embed_tokens, e.n_tokens(0) + e.n_tokens(1));
 }
 
 // Texts longer than every step's token budget, beside conversations that
@@ -267,6 +270,7 @@ TEST(Embeddings, TheWorkerEmbedsWithoutAnyoneStepping) {
   auto e = ex.embed({"song of the tavern", "the wolf of the north"});
   EXPECT_TRUE(e.wait_for(std::chrono::seconds(20)));
   EXPECT_EQ(e.n_done(), 2u);
+  EXPECT_EQ(ex.stats().texts_embedded, 2u) << "counted before the vectors are handed out";
   ex.stop();
 }
 
