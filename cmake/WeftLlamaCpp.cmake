@@ -194,7 +194,7 @@ find_package(llama CONFIG REQUIRED PATHS "${_weft_llama_prefix}" NO_DEFAULT_PATH
 message(STATUS "weft: llama.cpp from ${_weft_llama_prefix}")
 
 # `cmake --build <dir> --target llama-tools` builds llama.cpp's own
-# llama-batched, llama-batched-bench and llama-server from the same source
+# llama-batched, llama-batched-bench, llama-server and llama-embedding from the same source
 # and flags, for side-by-side checks; their directory is WEFT_LLAMA_TOOLS_DIR.
 if(WEFT_LLAMA_SRC)
   set(WEFT_LLAMA_TOOLS_DIR "${WEFT_LLAMA_BUILD_BASE}/tools/bin")
@@ -202,7 +202,7 @@ if(WEFT_LLAMA_SRC)
   string(REPLACE ";" "|" _weft_args "${WEFT_LLAMA_BUILD_ARGS}")
   add_custom_target(llama-tools
     COMMAND "${CMAKE_COMMAND}" -DSRC=${WEFT_LLAMA_SRC} -DBASE=${WEFT_LLAMA_BUILD_BASE}
-            "-DARGS=${_weft_args}" "-DTARGETS=llama-batched|llama-batched-bench|llama-server"
+            "-DARGS=${_weft_args}" "-DTARGETS=llama-batched|llama-batched-bench|llama-server|llama-embedding"
             -P "${PROJECT_SOURCE_DIR}/cmake/WeftLlamaTools.cmake"
     USES_TERMINAL VERBATIM
     COMMENT "llama.cpp tools in ${WEFT_LLAMA_TOOLS_DIR}")
