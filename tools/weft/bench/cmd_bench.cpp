@@ -20,6 +20,7 @@ void add_bench(CLI::App &app) {
   add_bench_overhead(*bench);
   add_bench_schema(*bench);
   add_bench_rewind(*bench);
+  add_bench_embed(*bench);
 }
 
 }  // namespace weft_cli
