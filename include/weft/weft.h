@@ -6,7 +6,8 @@
 // basic and handle types, version), errors.h (status codes, last error),
 // log.h, model.h, adapter.h (LoRA adapters and control vectors per
 // conversation), executor.h (create, step, stats, worker), events.h,
-// conversation.h, generation.h, state.h (save/load, save_async, parking).
+// conversation.h, generation.h, state.h (save/load, save_async, parking),
+// projector.h (images), embedding.h (text embeddings).
 //
 // It wraps the C++ API (weft/weft.hpp); the contracts of each operation are
 // the C++ ones (docs/EXECUTOR.md). The rules below are the C side's, for
@@ -20,7 +21,8 @@
 // header.
 //
 // Ownership: handles (weft_model, weft_adapter, weft_executor,
-// weft_conversation, weft_generation, and the lists and byte buffers calls return) are opaque.
+// weft_conversation, weft_generation, weft_embedding, and the lists and byte
+// buffers calls return) are opaque.
 // A `weft_x **out` handle belongs to the caller and is released with
 // weft_x_free(), once. Freeing NULL is a no-op;
 // freeing or using a handle that was already freed is detected and refused
@@ -64,16 +66,16 @@
 // their _file forms), which read the KV cache at a step boundary;
 // weft_executor_step (steps are serialised); weft_executor_stop (joins the
 // worker after its step); weft_executor_free (the context goes); and
-// weft_generation_wait, which waits by design. A game thread can call
-// everything else each frame: prompting, generating, reading, forking,
-// rewinding, disposing, parking, loading, polling events,
-// weft_conversation_save_async. Operations that change the KV cache change
-// the conversation at once; the cache work is done at once when nobody else
-// steps (no step in progress and no worker running, or when called from a
-// callback on the stepping thread), else by the stepper at its next step
-// boundary (the end of the running step, or the next step of the worker,
-// which is woken for it): a game thread never does KV work while a worker
-// runs. So KV facts — n_cells, cells_free, the stats' cell and residency
+// weft_generation_wait and weft_embedding_wait, which wait by design. A
+// game thread can call everything else each frame: prompting, generating,
+// reading, forking, rewinding, disposing, parking, loading, polling events,
+// embedding, weft_conversation_save_async. Operations that change the KV
+// cache change the conversation at once; the cache work is done at once
+// when nobody else steps (no step in progress and no worker running, or
+// when called from a callback on the stepping thread), else by the stepper
+// at its next step boundary (the end of the running step, or the next step
+// of the worker, which is woken for it): a game thread never does KV work
+// while a worker runs. So KV facts — n_cells, cells_free, the stats' cell and residency
 // counts, residency — show such a change from that boundary on.
 #ifndef WEFT_WEFT_H
 #define WEFT_WEFT_H
@@ -89,5 +91,6 @@
 #include "weft/c/state.h"         // save/load (save_async too), snapshots, residency, parking
 #include "weft/c/adapter.h"       // weft_model_load_adapter, weft_adapter_*, weft_conversation_set_adapters
 #include "weft/c/projector.h"     // weft_projector_*, weft_conversation_prompt_image, images
+#include "weft/c/embedding.h"     // weft_executor_embed, weft_embedding_*, weft_cosine_similarity
 
 #endif  // WEFT_WEFT_H

@@ -96,6 +96,7 @@ const char *kind_name(Kind kind) noexcept {
     case Kind::adapter: return "weft_adapter";
     case Kind::projector: return "weft_projector";
     case Kind::prepared_image: return "weft_prepared_image";
+    case Kind::embedding: return "weft_embedding";
   }
   return "handle";
 }

@@ -26,6 +26,7 @@ const std::initializer_list<std::size_t> kExecutorParamsSizes = {offsetof(weft_e
                                                                   offsetof(weft_executor_params, projector),
                                                                   offsetof(weft_executor_params, image_encoding),
                                                                   offsetof(weft_executor_params, tuning_cache_dir),
+                                                                  offsetof(weft_executor_params, embedder),
                                                                   sizeof(weft_executor_params)};
 
 weft_executor_params executor_defaults() {
@@ -54,6 +55,7 @@ weft_executor_params executor_defaults() {
   p.projector = nullptr;
   p.image_encoding = static_cast<int32_t>(d.image_encoding);
   p.tuning_cache_dir = nullptr;
+  embedder_defaults(p);
   return p;
 }
 
@@ -65,6 +67,10 @@ weft_step_budget budget_defaults() {
   b.max_tokens = 0;
   return b;
 }
+
+// Before the embedding counts were appended, and now.
+const std::initializer_list<std::size_t> kStepResultSizes = {offsetof(weft_step_result, tokens_embedded),
+                                                             sizeof(weft_step_result)};
 
 // Before `on_step` and its user data were appended, and now.
 const std::initializer_list<std::size_t> kWorkerParamsSizes = {offsetof(weft_worker_params, on_step),
@@ -83,6 +89,8 @@ weft_step_result step_result_to_c(const weft::StepResult &r) {
   c.blocked = r.blocked;
   c.idle = r.idle ? 1 : 0;
   c.deadline_hit = r.deadline_hit ? 1 : 0;
+  c.tokens_embedded = r.tokens_embedded;
+  c.texts_embedded = r.texts_embedded;
   return c;
 }
 
@@ -182,6 +190,7 @@ weft_status weft_executor_create(const weft_model *model, const weft_executor_pa
     }
     ep.image_encoding = static_cast<weft::ImageEncoding>(enum_field(
         p.image_encoding, WEFT_IMAGE_ENCODING_CALLER, "weft_executor_params.image_encoding", "weft_image_encoding"));
+    embedder_from_c(p, ep);
     std::shared_ptr<UserData> ud;
     if (p.on_pressure != nullptr) {
       ud = std::make_shared<UserData>(p.pressure_user_data, p.pressure_user_data_free);
@@ -211,10 +220,10 @@ weft_status weft_executor_step(weft_executor *executor, const weft_step_budget *
   return guarded(__func__, [&] {
     auto ex = get<weft::Executor>(executor, Kind::executor);
     // Checked before stepping, so a bad result struct does not lose a step's report.
-    if (out != nullptr) check_struct_size("weft_step_result", out->struct_size, {sizeof(weft_step_result)});
+    if (out != nullptr) check_struct_size("weft_step_result", out->struct_size, kStepResultSizes);
     const weft::StepResult r = ex->step(to_budget(budget, false));
     if (out == nullptr) return;
-    write_struct(out, "weft_step_result", step_result_to_c(r), {sizeof(weft_step_result)});
+    write_struct(out, "weft_step_result", step_result_to_c(r), kStepResultSizes);
   });
 }
 
@@ -277,8 +286,14 @@ weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor
     c.attn_probe_depth = s.attn_probe_depth;
     c.redecodes = s.redecodes;
     c.redecode_tokens = s.redecode_tokens;
+    c.texts_embedded = s.texts_embedded;
+    c.embed_tokens = s.embed_tokens;
+    c.embed_decodes = s.embed_decodes;
+    c.embed_ms = s.embed_ms;
+    c.embed_pending = s.embed_pending;
     write_struct(out, "weft_executor_stats", c,
-                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, redecodes),
+                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, texts_embedded),
+                  offsetof(weft_executor_stats, redecodes),
                   offsetof(weft_executor_stats, flash_attn_probe_ms),
                   offsetof(weft_executor_stats, images_pending),
                   offsetof(weft_executor_stats, images_encoded),

@@ -118,6 +118,7 @@ enum class Kind : std::uint8_t {
   adapter,
   projector,
   prepared_image,
+  embedding,
 };
 
 const char *kind_name(Kind kind) noexcept;
@@ -199,6 +200,11 @@ inline std::span<const std::uint8_t> bytes_arg(const std::uint8_t *data, std::si
   if (len > 0) need(data, name);
   return {data, len};
 }
+
+// The embedder fields of weft_executor_params (c_api_embedding.cpp): their
+// defaults, and as ExecutorParams::embedder (checked, naming the field).
+void embedder_defaults(weft_executor_params &p);
+void embedder_from_c(const weft_executor_params &p, weft::ExecutorParams &out);
 
 // Tools in (c_api_tools.cpp): a weft_tool array as weft::Tool (`field` names
 // it in errors), a weft_tool_format as weft::ToolFormat (refused by name).

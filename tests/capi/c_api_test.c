@@ -206,6 +206,9 @@ int main(int argc, char **argv) {
       {"adapter_lifetime", test_adapter_lifetime},
       {"adapter_state", test_adapter_state},
       {"images", test_images},
+      {"embeddings", test_embeddings},
+      {"embedding_errors", test_embedding_errors},
+      {"embedding_lifetime", test_embedding_lifetime},
   };
   size_t i;
   int ran = 0;

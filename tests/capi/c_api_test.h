@@ -150,5 +150,16 @@ void test_adapter_lifetime(void);
 void test_adapter_state(void);
 /* c_api_test_projector.c */
 void test_images(void);
+/* c_api_test_embedding.c: the embeddings tests' helpers (an executor over
+   `m` whose embedder pools `em`, NULL = m; stepping until an embedding is
+   done; a vector's squared length), and the tests. */
+#define MAX_EMBD 1024
+weft_executor *embed_executor(weft_model *m, const weft_model *em, uint32_t n_batch, uint32_t embed_n_ctx);
+void step_until_embedded(weft_executor *ex, weft_embedding *e);
+double norm2(const float *v, size_t n);
+void test_embeddings(void);
+/* c_api_test_embedding_life.c */
+void test_embedding_errors(void);
+void test_embedding_lifetime(void);
 
 #endif /* WEFT_C_API_TEST_H */

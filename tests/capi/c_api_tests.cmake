@@ -65,7 +65,11 @@ endif()
 add_test(NAME capi_throughput_smoke COMMAND capi_throughput ${WEFT_TEST_MODELS}/tiny.gguf 2 8 4 1 1)
 set_tests_properties(capi_throughput_smoke PROPERTIES FIXTURES_REQUIRED models TIMEOUT 120
   PASS_REGULAR_EXPRESSION "median pp_tok_s=[0-9.]+ tg_tok_s=[0-9.]+ variant=native")
-set_tests_properties(c_api PROPERTIES FIXTURES_REQUIRED "models;capi_adapters" TIMEOUT 300)
+# The embeddings tests (and the C# sample) also pool embed.gguf, the models
+# fixture's make_embed_test_model: named here, a missing one fails.
+set(WEFT_TEST_EMBED_MODEL ${WEFT_TEST_MODELS}/embed.gguf)
+set_tests_properties(c_api PROPERTIES FIXTURES_REQUIRED "models;capi_adapters" TIMEOUT 300
+  ENVIRONMENT "WEFT_TEST_EMBED_MODEL=${WEFT_TEST_EMBED_MODEL}")
 
 # libweft.so exports exactly the functions weft.h and its weft/c/*.h
 # declare and needs no C++ runtime, llama.cpp or fmt beside it.

@@ -50,6 +50,7 @@ typedef struct weft_generation weft_generation;                // weft/c/generat
 typedef struct weft_event_list weft_event_list;                // weft/c/events.h
 typedef struct weft_bytes weft_bytes;                          // weft/c/state.h
 typedef struct weft_conversation_list weft_conversation_list;  // weft/c/state.h
+typedef struct weft_embedding weft_embedding;                  // weft/c/embedding.h
 
 // The library's version ("0.1.0") and the llama.cpp it was built against.
 // Static storage.

@@ -108,6 +108,30 @@ typedef struct weft_executor_params {
   // process only. Copied; a failure to write there is logged, never fatal.
   // Default NULL
   const char *tuning_cache_dir;
+  // Added with embeddings (a struct_size without them reads as the
+  // defaults: no embedder). Text embeddings (weft/c/embedding.h): set,
+  // the executor makes a second llama.cpp context (embed_n_ctx cells,
+  // embed_n_seq_max sequences, embeddings on) over embedding_model or its
+  // own model, freed with the executor; its steps decode the texts queued by
+  // weft_executor_embed beside the conversations. Default 0: no embedder
+  // (weft_executor_embed is WEFT_ERR_INVALID_ARGUMENT) and the fields below
+  // are ignored, except that an embedding_model without `embedder` is
+  // refused (WEFT_ERR_INVALID_ARGUMENT: set both).
+  weft_bool embedder;
+  int32_t embed_pooling;  // a weft_pooling. Default WEFT_POOLING_MODEL
+  // The embedding model (an encoder, or a decoder with pooling), borrowed:
+  // the executor keeps its own reference, so the handle may be freed after
+  // weft_executor_create. NULL = the executor's own model, its hidden states
+  // pooled. Default NULL
+  const weft_model *embedding_model;
+  // Most tokens of one text and of one embeddings decode (the context's
+  // cells), in [8, the embedding model's n_ctx_train]. Default 512
+  uint32_t embed_n_ctx;
+  // Most texts in one decode (the context's sequences), [1, 256]. Default 16
+  uint32_t embed_n_seq_max;
+  // Scale each vector to unit length (L2), so that a dot product is the
+  // cosine similarity. Default 1
+  weft_bool embed_normalize;
 } weft_executor_params;
 
 WEFT_C_API weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size);
@@ -152,6 +176,10 @@ typedef struct weft_step_result {
   uint32_t blocked;         // conversations waiting for KV cells or a slot
   weft_bool idle;           // there was nothing to do
   weft_bool deadline_hit;   // the hard deadline stopped the step early
+  // Added with embeddings (a smaller struct_size gets the fields before
+  // these; weft/c/embedding.h).
+  uint32_t tokens_embedded;  // tokens decoded for weft_executor_embed (not in tokens_decoded)
+  uint32_t texts_embedded;   // texts whose vectors this step made
 } weft_step_result;
 
 // One scheduling round: sample for generations, decode one batch within the
@@ -247,6 +275,14 @@ typedef struct weft_executor_stats {
   // (weft_model_info.memory), and the positions that took.
   uint64_t redecodes;
   uint64_t redecode_tokens;
+  // Added with embeddings (a smaller struct_size gets the fields before
+  // these; weft/c/embedding.h): texts embedded, their tokens, the
+  // llama_decode calls and time they took, and texts queued now.
+  uint64_t texts_embedded;
+  uint64_t embed_tokens;
+  uint64_t embed_decodes;
+  double embed_ms;
+  uint32_t embed_pending;
 } weft_executor_stats;
 
 // Keeps `tokens` (n_tokens ids) decoded in the cache for prefix reuse until
