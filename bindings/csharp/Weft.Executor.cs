@@ -48,6 +48,9 @@ namespace Weft
         // ($WEFT_CACHE_DIR, XDG, %LOCALAPPDATA%\weft, ~/.cache/weft); "" =
         // this process only. A game passes Application.persistentDataPath.
         public string TuningCacheDir;
+        // Text embeddings (Executor.Embed, Weft.Embedding.cs): null (the
+        // default) = none, and Embed throws Status.InvalidArgument.
+        public EmbedderParams Embedder;
 
         public ExecutorParams()
         {
@@ -109,6 +112,9 @@ namespace Weft
         public int TokensDecoded, Conversations, TokensSampled, DecodeCalls, Failed, Blocked;
         public double Seconds, DecodeSeconds;
         public bool Idle, DeadlineHit;
+        // Tokens decoded for Executor.Embed (not in TokensDecoded), and the
+        // texts whose vectors this step made.
+        public int TokensEmbedded, TextsEmbedded;
     }
 
     public struct ExecutorStats
@@ -146,6 +152,11 @@ namespace Weft
         // memory could not be cut where asked (ModelInfo.Memory), and the
         // positions that took.
         public long Redecodes, RedecodeTokens;
+        // Embeddings (ExecutorParams.Embedder): texts embedded, their tokens,
+        // the llama_decode calls and time they took, and texts queued now.
+        public long TextsEmbedded, EmbedTokens, EmbedDecodes;
+        public double EmbedMs;
+        public int EmbedPending;
     }
 
     public sealed class WorkerParams
@@ -193,6 +204,7 @@ namespace Weft
             n.spill_recompute = p.SpillRecompute ? 1 : 0;
             n.prefix_cache_cells = p.PrefixCacheCells;
             n.image_encoding = (int)p.ImageEncoding;
+            if (p.Embedder != null) p.Embedder.Check();
             var ud = IntPtr.Zero;
             if (p.OnPressure != null)
             {
@@ -203,7 +215,7 @@ namespace Weft
             }
             ExecutorHandle h;
             Status status;
-            bool projectorRef = false;
+            bool projectorRef = false, embedderRef = false;
             using (var mem = new CallMemory())
             {
                 try
@@ -215,11 +227,13 @@ namespace Weft
                         p.Projector.Handle.DangerousAddRef(ref projectorRef);
                         n.projector = p.Projector.Handle.DangerousGetHandle();
                     }
+                    if (p.Embedder != null) p.Embedder.Apply(ref n, ref embedderRef);
                     status = Native.weft_executor_create(model.Handle, ref n, out h);
                 }
                 finally
                 {
                     if (projectorRef) p.Projector.Handle.DangerousRelease();
+                    if (embedderRef) p.Embedder.Model.Handle.DangerousRelease();
                 }
             }
             if (status != Status.Ok && ud != IntPtr.Zero) Trampolines.Unpin(ud);
@@ -251,6 +265,7 @@ namespace Weft
                 TokensSampled = (int)r.tokens_sampled, DecodeCalls = (int)r.decode_calls, Failed = (int)r.failed,
                 Blocked = (int)r.blocked, Seconds = r.seconds, DecodeSeconds = r.decode_seconds,
                 Idle = r.idle != 0, DeadlineHit = r.deadline_hit != 0,
+                TokensEmbedded = (int)r.tokens_embedded, TextsEmbedded = (int)r.texts_embedded,
             };
         }
 
@@ -360,6 +375,8 @@ namespace Weft
                     FlashAttentionProbeMs = s.flash_attn_probe_ms, PlainAttentionProbeMs = s.plain_attn_probe_ms,
                     AttentionProbeSeqs = (int)s.attn_probe_seqs, AttentionProbeDepth = (int)s.attn_probe_depth,
                     Redecodes = (long)s.redecodes, RedecodeTokens = (long)s.redecode_tokens,
+                    TextsEmbedded = (long)s.texts_embedded, EmbedTokens = (long)s.embed_tokens,
+                    EmbedDecodes = (long)s.embed_decodes, EmbedMs = s.embed_ms, EmbedPending = (int)s.embed_pending,
                 };
             }
         }

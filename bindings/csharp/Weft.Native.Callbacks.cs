@@ -33,6 +33,14 @@ namespace Weft
             return p;
         }
 
+        public IntPtr Ints(int[] items)
+        {
+            var p = Marshal.AllocHGlobal(sizeof(int) * Math.Max(1, items.Length));
+            blocks.Add(p);
+            Marshal.Copy(items, 0, p, items.Length);
+            return p;
+        }
+
         public IntPtr Struct<T>(T value) where T : struct
         {
             var p = Marshal.AllocHGlobal(Marshal.SizeOf(typeof(T)));

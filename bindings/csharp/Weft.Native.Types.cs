@@ -90,6 +90,11 @@ namespace Weft
         protected override bool ReleaseHandle() { return Native.weft_prepared_image_free(handle) == Status.Ok; }
     }
 
+    internal sealed class EmbeddingHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_embedding_free(handle) == Status.Ok; }
+    }
+
     // --- Struct mirrors ------------------------------------------------------
 
     [StructLayout(LayoutKind.Sequential)]
@@ -151,6 +156,10 @@ namespace Weft
         public IntPtr projector;
         public int image_encoding;
         public IntPtr tuning_cache_dir;
+        public int embedder, embed_pooling;  // appended after tuning_cache_dir
+        public IntPtr embedding_model;
+        public uint embed_n_ctx, embed_n_seq_max;
+        public int embed_normalize;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -168,6 +177,7 @@ namespace Weft
         public double seconds, decode_seconds;
         public uint tokens_decoded, conversations, tokens_sampled, decode_calls, failed, blocked;
         public int idle, deadline_hit;
+        public uint tokens_embedded, texts_embedded;  // appended after deadline_hit
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -193,6 +203,9 @@ namespace Weft
         public int flash_attn, flash_attn_source;
         public uint attn_probe_seqs, attn_probe_depth;
         public ulong redecodes, redecode_tokens;
+        public ulong texts_embedded, embed_tokens, embed_decodes;  // appended after redecode_tokens
+        public double embed_ms;
+        public uint embed_pending;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -162,6 +162,21 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_generation_cancel(GenerationHandle g);
         [DllImport(Lib)] public static extern Status weft_generation_error(GenerationHandle g, out Status code, byte[] buf, UIntPtr capacity, out UIntPtr len);
 
+        [DllImport(Lib)] public static extern Status weft_executor_embed(ExecutorHandle executor, IntPtr texts, UIntPtr n, out EmbeddingHandle embedding);
+        [DllImport(Lib)] public static extern Status weft_executor_embed_tokens(ExecutorHandle executor, IntPtr inputs, UIntPtr[] nTokens, UIntPtr n, out EmbeddingHandle embedding);
+        [DllImport(Lib)] public static extern Status weft_executor_embedding_size(ExecutorHandle executor, out uint n);
+        [DllImport(Lib)] public static extern Status weft_embedding_free(IntPtr embedding);
+        [DllImport(Lib)] public static extern Status weft_embedding_is_done(EmbeddingHandle embedding, out int done);
+        [DllImport(Lib)] public static extern Status weft_embedding_wait(EmbeddingHandle embedding, uint timeoutMs, out int done);
+        [DllImport(Lib)] public static extern Status weft_embedding_error(EmbeddingHandle embedding, out Status code, byte[] buf, UIntPtr capacity, out UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_embedding_size(EmbeddingHandle embedding, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_embedding_n_done(EmbeddingHandle embedding, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_embedding_n_tokens(EmbeddingHandle embedding, UIntPtr index, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_embedding_n_embd(EmbeddingHandle embedding, out uint n);
+        [DllImport(Lib)] public static extern Status weft_embedding_vector(EmbeddingHandle embedding, UIntPtr index, float[] buf, UIntPtr capacity, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_embedding_cancel(EmbeddingHandle embedding);
+        [DllImport(Lib)] public static extern Status weft_cosine_similarity(float[] a, UIntPtr nA, float[] b, UIntPtr nB, out float similarity);
+
         // --- Helpers ---------------------------------------------------------
 
         public static UIntPtr Size(int n) { return new UIntPtr((uint)n); }

@@ -6,21 +6,22 @@
 // (save/load, SaveAsync, parking), Weft.Adapter.cs (LoRA adapters and
 // control vectors per conversation), Weft.Model.Async.cs (LoadAsync),
 // Weft.EventPump.cs (events without garbage), Weft.Lifetime.cs (the log
-// callback, Library.Shutdown before a domain unload, GameDefaults).
+// callback, Library.Shutdown before a domain unload, GameDefaults),
+// Weft.Projector.cs (images), Weft.Embedding.cs (text embeddings).
 //
-// Ownership: Model, Executor, Conversation, Generation, Adapter and the native
-// memory behind them are IDisposable (SafeHandles underneath, so a forgotten
-// Dispose is cleaned up by the finalizer). They share what they point to, as
-// in C++: disposing an Executor while Conversations are alive is safe (their
-// calls then throw WeftException with Status.Disposed); disposing a
-// Conversation disposes it in weft (its KV cells are freed); a Generation
-// stays readable after its Conversation is gone.
+// Ownership: Model, Executor, Conversation, Generation, Adapter, Embedding and
+// the native memory behind them are IDisposable (SafeHandles underneath, so a
+// forgotten Dispose is cleaned up by the finalizer). They share what they
+// point to, as in C++: disposing an Executor while Conversations are alive is
+// safe (their calls then throw WeftException with Status.Disposed); disposing
+// a Conversation disposes it in weft (its KV cells are freed); a Generation
+// or an Embedding stays readable after its Conversation or Executor is gone.
 //
 // Thread-safety: every member may be called from any thread. Nothing waits
 // for a running step (its decode or its sampling) except Conversation.Save
 // and Executor.SaveAll, Executor.Step (steps run one after another),
 // Executor.Stop and Executor.Dispose (the worker is joined, the context
-// goes), and Generation.Wait (by design): a game's main thread may prompt, generate, fork, rewind, dispose,
+// goes), and Generation.Wait and Embedding.Wait (by design): a game's main thread may prompt, generate, fork, rewind, dispose,
 // park, load, poll and SaveAsync every frame. KV work they ask for is done
 // at once when nobody else steps, else by the stepper (the worker) at its
 // next step boundary, so KV facts (CellCount, CellsFree, Residency, the

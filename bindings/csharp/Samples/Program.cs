@@ -34,6 +34,7 @@ namespace Weft.Samples
                 Tuple.Create<string, Action<string>>("adapter_checks", AdapterChecksSample.Run),
                 Tuple.Create<string, Action<string>>("images", ImageSample.Run),
                 Tuple.Create<string, Action<string>>("actions", ActionsSample.Run),
+                Tuple.Create<string, Action<string>>("embeddings", EmbeddingSample.Run),
             };
             int ran = 0;
             foreach (var s in samples)
