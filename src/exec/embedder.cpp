@@ -113,6 +113,12 @@ std::vector<std::vector<Token>> Embedder::tokenize(const std::vector<std::string
     std::vector<Token> tok(std::min<std::size_t>(t.size() + 8, std::size_t(n_ctx_) + 1));
     int n = llama_tokenize(vocab, t.data(), static_cast<std::int32_t>(t.size()), tok.data(),
                            static_cast<std::int32_t>(tok.size()), /*add_special=*/true, /*parse_special=*/false);
+    if (n < 0 && static_cast<std::uint32_t>(-n) <= n_ctx_) {
+      // More tokens than bytes + 8 (a vocabulary of its own): within the limit, tokenize again.
+      tok.resize(static_cast<std::size_t>(-n));
+      n = llama_tokenize(vocab, t.data(), static_cast<std::int32_t>(t.size()), tok.data(),
+                         static_cast<std::int32_t>(tok.size()), true, false);
+    }
     if (n < 0) n = -n;  // too many: its count, negated
     if (n == 0) fail(Errc::invalid_argument, fmt::format("Executor::embed: text {} has no tokens", i));
     if (static_cast<std::uint32_t>(n) > n_ctx_) {
@@ -135,7 +141,13 @@ void Embedder::check(const std::vector<std::vector<Token>> &inputs) const {
                                            "most EmbedderParams.n_ctx = {}",
                                            i, inputs[i].size(), n_ctx_));
     }
-    for (Token t : inputs[i]) model_.check_token(t);
+    for (Token t : inputs[i]) {
+      if (t < 0 || t >= model_.n_vocab()) {
+        fail(Errc::out_of_range, fmt::format("Executor::embed_tokens: input {} holds token {}, outside the embedding "
+                                             "model's vocabulary of {}",
+                                             i, t, model_.n_vocab()));
+      }
+    }
   }
 }
 
