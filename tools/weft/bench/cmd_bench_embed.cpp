@@ -4,12 +4,10 @@
 // (a) embeddings/s with the texts embedded alone (every text queued at once,
 //     steps until done), and while they flow beside N generating NPCs under
 //     a frame budget B (each frame one step({.max_time = B, .deadline =
-//     start + 1.5*B}), as `weft bench frame`); the NPCs' step times and each
-//     NPC's longest gap without a token, with and without embeddings flowing,
-//     and the one-token floor F (the target p99 <= 1.1*B is judged where B >=
-//     2F). Also one long text embedded against a causal prompt of the same
-//     length on the same shape (tiny): the embed model computes its output
-//     layer for every token.
+//     start + 1.5*B}), as `weft bench frame`): step times and each NPC's
+//     longest gap without a token, with and without embeddings flowing, and
+//     the one-token floor F (p99 <= 1.1*B is judged where B >= 2F). Also one
+//     long text against a causal prompt of its length on the same shape.
 // (b) the same texts through llama-embedding (one process, one batch) and
 //     llama-server --embeddings (POST /v1/embeddings), alternating with
 //     weft's runs, medians.
@@ -164,6 +162,7 @@ json frames_run(weft::Model &npc, weft::Model &emb, const Opts &o, double budget
   const auto start = steady_clock::now();
   std::vector<steady_clock::time_point> last(n, start);
   std::optional<weft::Embedding> cur;
+  json slowest = json::array();
   std::size_t next = 0, queued = 0;
   const auto budget = std::chrono::microseconds(static_cast<std::int64_t>(budget_ms * 1000));
   for (unsigned f = 0; f < o.frames; ++f) {
@@ -174,9 +173,16 @@ json frames_run(weft::Model &npc, weft::Model &emb, const Opts &o, double budget
       queued += chunk.size();
     }
     const auto t0 = steady_clock::now();
-    ex.step({.max_time = budget, .deadline = t0 + budget * 3 / 2});
+    const auto res = ex.step({.max_time = budget, .deadline = t0 + budget * 3 / 2});
     const auto t1 = steady_clock::now();
     step_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    // The 3 slowest steps: too many tokens planned, one long decode, or time outside llama_decode.
+    slowest.push_back({{"frame", f}, {"ms", step_ms.back()}, {"tokens_decoded", res.tokens_decoded},
+                       {"tokens_sampled", res.tokens_sampled}, {"tokens_embedded", res.tokens_embedded},
+                       {"texts_embedded", res.texts_embedded}, {"decode_calls", res.decode_calls},
+                       {"decode_ms", res.decode_seconds * 1000}, {"deadline_hit", res.deadline_hit}});
+    std::sort(slowest.begin(), slowest.end(), [](const json &a, const json &c) { return a["ms"] > c["ms"]; });
+    if (slowest.size() > 3) slowest.erase(slowest.size() - 1);
     for (unsigned i = 0; i < n; ++i) {
       const std::size_t now = gens[i].n_tokens();
       // A gap: from the end of the step that gave the NPC a token to the end
@@ -220,6 +226,7 @@ json frames_run(weft::Model &npc, weft::Model &emb, const Opts &o, double budget
           {"embed_decodes", st.embed_decodes - before.embed_decodes},
           {"embed_pending_at_end", st.embed_pending},
           {"wall_s", wall},
+          {"slowest_steps", slowest},
           {"texts_per_s", double(texts_done) / wall},
           {"tokens_per_s", double(tokens_done) / wall}};
 }
@@ -393,6 +400,16 @@ void run(Opts &o) {
                100 * (*j)["over_1_1B_share"].get<double>(), (*j)["tokens_sampled"].get<std::uint64_t>(),
                (*j)["npc_gap_ms_max"].get<double>(), (*j)["npc_gap_frames_max"].get<unsigned>(),
                (*j)["texts_per_s"].get<double>(), (*j)["tokens_per_s"].get<double>());
+  }
+  for (const json *j : {&fw, &fe}) {
+    fmt::print("slowest steps ({}):", (*j)["embeddings_flowing"].get<bool>() ? "flowing" : "none");
+    for (const auto &st : (*j)["slowest_steps"]) {
+      fmt::print(" frame {} {:.1f} ms ({} tokens, {} embedded tokens, {} decodes {:.1f} ms{});",
+                 st["frame"].get<unsigned>(), st["ms"].get<double>(), st["tokens_decoded"].get<unsigned>(),
+                 st["tokens_embedded"].get<unsigned>(), st["decode_calls"].get<unsigned>(),
+                 st["decode_ms"].get<double>(), st["deadline_hit"].get<bool>() ? ", deadline hit" : "");
+    }
+    fmt::print("\n");
   }
   fmt::print("target p99 <= 1.1 B while embeddings flow: {}\n",
              judged ? (fe["p99_ms"].get<double>() <= 1.1 * b ? "met" : "MISSED")
