@@ -296,12 +296,11 @@ void run(Opts &o) {
   if (o.peers == "both" || o.peers == "llama-embedding") {
     try {
       auto p = pp;
-      p.binary = o.embedding_bin.empty() ? std::string(bench::default_llama_server()).empty()
-                                               ? std::string()
-                                               : std::filesystem::path(bench::default_llama_server())
-                                                         .replace_filename("llama-embedding")
-                                                         .string()
-                                         : o.embedding_bin;
+      // Default: next to the llama-server that llama-tools built (none: "", not found).
+      const std::string server = bench::default_llama_server();
+      p.binary = !o.embedding_bin.empty() ? o.embedding_bin
+                 : server.empty()         ? server
+                                          : std::filesystem::path(server).replace_filename("llama-embedding").string();
       le.emplace(p, texts);
     } catch (const weft::Error &e) {
       le_j["why"] = e.what();
