@@ -191,7 +191,7 @@ namespace Weft.Samples
                 Check.Throws(Status.NullArg, "texts[1]", () => ex.Embed("short", null), "a null text");
                 Check.Throws(Status.OutOfRange, "text 1 has", () => ex.Embed("short", string.Join(" ", Words)), "a text over ContextSize");
                 Check.Throws(Status.InvalidArgument, "input 1 is empty", () => ex.EmbedTokens(new[] { 1, 2 }, new int[0]), "an empty input");
-                Check.Throws(Status.OutOfRange, "token id " + model.VocabSize, () => ex.EmbedTokens(new[] { 1, model.VocabSize }),
+                Check.Throws(Status.OutOfRange, "holds token " + model.VocabSize, () => ex.EmbedTokens(new[] { 1, model.VocabSize }),
                              "a token outside the vocabulary");
                 Check.Throws<ArgumentNullException>(() => ex.Embed(null), "a null array");
                 Check.Equal(0, ex.Stats.EmbedPending, "nothing refused was queued");
