@@ -92,5 +92,6 @@
 #include "weft/c/adapter.h"       // weft_model_load_adapter, weft_adapter_*, weft_conversation_set_adapters
 #include "weft/c/projector.h"     // weft_projector_*, weft_conversation_prompt_image, images
 #include "weft/c/embedding.h"     // weft_executor_embed, weft_embedding_*, weft_cosine_similarity
+#include "weft/c/memory.h"        // weft_memory_*: add, search, save/load; weft_conversation_set_memory, _compact
 
 #endif  // WEFT_WEFT_H

@@ -97,6 +97,9 @@ const char *kind_name(Kind kind) noexcept {
     case Kind::projector: return "weft_projector";
     case Kind::prepared_image: return "weft_prepared_image";
     case Kind::embedding: return "weft_embedding";
+    case Kind::memory: return "weft_memory";
+    case Kind::memory_hits: return "weft_memory_hits";
+    case Kind::memory_search: return "weft_memory_search_handle";
   }
   return "handle";
 }

@@ -119,6 +119,9 @@ enum class Kind : std::uint8_t {
   projector,
   prepared_image,
   embedding,
+  memory,
+  memory_hits,
+  memory_search,
 };
 
 const char *kind_name(Kind kind) noexcept;

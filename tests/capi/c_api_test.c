@@ -209,6 +209,10 @@ int main(int argc, char **argv) {
       {"embeddings", test_embeddings},
       {"embedding_errors", test_embedding_errors},
       {"embedding_lifetime", test_embedding_lifetime},
+      {"memory_search", test_memory_search},
+      {"memory_embed", test_memory_embed},
+      {"memory_conversation", test_memory_conversation},
+      {"compact", test_compact},
   };
   size_t i;
   int ran = 0;

@@ -157,9 +157,16 @@ void test_images(void);
 weft_executor *embed_executor(weft_model *m, const weft_model *em, uint32_t n_batch, uint32_t embed_n_ctx);
 void step_until_embedded(weft_executor *ex, weft_embedding *e);
 double norm2(const float *v, size_t n);
+/* embed.gguf ($WEFT_TEST_EMBED_MODEL, else beside the model), NULL when absent. */
+weft_model *load_embed_model(void);
 void test_embeddings(void);
 /* c_api_test_embedding_life.c */
 void test_embedding_errors(void);
 void test_embedding_lifetime(void);
+/* c_api_test_memory.c */
+void test_memory_search(void);
+void test_memory_embed(void);
+void test_memory_conversation(void);
+void test_compact(void);
 
 #endif /* WEFT_C_API_TEST_H */

@@ -54,7 +54,7 @@ static const char *embed_model_path(void) {
   return path;
 }
 
-static weft_model *load_embed_model(void) {
+weft_model *load_embed_model(void) {
   const char *path = embed_model_path();
   weft_model_params mp;
   weft_model *m = NULL;

@@ -51,6 +51,9 @@ typedef struct weft_event_list weft_event_list;                // weft/c/events.
 typedef struct weft_bytes weft_bytes;                          // weft/c/state.h
 typedef struct weft_conversation_list weft_conversation_list;  // weft/c/state.h
 typedef struct weft_embedding weft_embedding;                  // weft/c/embedding.h
+typedef struct weft_memory weft_memory;                        // weft/c/memory.h
+typedef struct weft_memory_hits weft_memory_hits;              // weft/c/memory.h
+typedef struct weft_memory_search_handle weft_memory_search_handle;  // weft/c/memory.h
 
 // The library's version ("0.1.0") and the llama.cpp it was built against.
 // Static storage.
