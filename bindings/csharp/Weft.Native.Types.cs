@@ -95,7 +95,30 @@ namespace Weft
         protected override bool ReleaseHandle() { return Native.weft_embedding_free(handle) == Status.Ok; }
     }
 
+    internal sealed class MemoryHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_memory_free(handle) == Status.Ok; }
+    }
+
+    internal sealed class MemoryHitsHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_memory_hits_free(handle) == Status.Ok; }
+    }
+
+    internal sealed class MemorySearchHandle : WeftHandle
+    {
+        protected override bool ReleaseHandle() { return Native.weft_memory_search_free(handle) == Status.Ok; }
+    }
+
     // --- Struct mirrors ------------------------------------------------------
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct CompactParamsNative
+    {
+        public UIntPtr struct_size;
+        public uint keep_first, keep_last;
+        public IntPtr summary;
+    }
 
     [StructLayout(LayoutKind.Sequential)]
     internal struct ProjectorParamsNative

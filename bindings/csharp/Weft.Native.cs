@@ -175,6 +175,42 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_embedding_n_embd(EmbeddingHandle embedding, out uint n);
         [DllImport(Lib)] public static extern Status weft_embedding_vector(EmbeddingHandle embedding, UIntPtr index, float[] buf, UIntPtr capacity, out UIntPtr n);
         [DllImport(Lib)] public static extern Status weft_embedding_cancel(EmbeddingHandle embedding);
+
+        // weft/c/memory.h
+        [DllImport(Lib)] public static extern Status weft_memory_new(out MemoryHandle memory);
+        [DllImport(Lib)] public static extern Status weft_memory_free(IntPtr memory);
+        [DllImport(Lib)] public static extern Status weft_memory_add(MemoryHandle memory, ExecutorHandle executor, byte[] text, byte[] metadata, out ulong id);
+        [DllImport(Lib)] public static extern Status weft_memory_add_vector(MemoryHandle memory, byte[] text, byte[] metadata, float[] vector, UIntPtr n, out ulong id);
+        [DllImport(Lib)] public static extern Status weft_memory_remove(MemoryHandle memory, ulong id, out int removed);
+        [DllImport(Lib)] public static extern Status weft_memory_clear(MemoryHandle memory);
+        [DllImport(Lib)] public static extern Status weft_memory_size(MemoryHandle memory, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_memory_pending(MemoryHandle memory, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_memory_missing(MemoryHandle memory, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_memory_embed_missing(MemoryHandle memory, ExecutorHandle executor, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_memory_dimensions(MemoryHandle memory, out uint n);
+        [DllImport(Lib)] public static extern Status weft_memory_get_text(MemoryHandle memory, ulong id, byte[] buf, UIntPtr capacity, out UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_memory_get_metadata(MemoryHandle memory, ulong id, byte[] buf, UIntPtr capacity, out UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_memory_get_vector(MemoryHandle memory, ulong id, float[] buf, UIntPtr capacity, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_memory_hits_count(MemoryHitsHandle hits, out UIntPtr n);
+        [DllImport(Lib)] public static extern Status weft_memory_hits_id(MemoryHitsHandle hits, UIntPtr index, out ulong id);
+        [DllImport(Lib)] public static extern Status weft_memory_hits_score(MemoryHitsHandle hits, UIntPtr index, out float score);
+        [DllImport(Lib)] public static extern Status weft_memory_hits_text(MemoryHitsHandle hits, UIntPtr index, byte[] buf, UIntPtr capacity, out UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_memory_hits_metadata(MemoryHitsHandle hits, UIntPtr index, byte[] buf, UIntPtr capacity, out UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_memory_hits_free(IntPtr hits);
+        [DllImport(Lib)] public static extern Status weft_memory_search_vector(MemoryHandle memory, float[] query, UIntPtr n, UIntPtr k, out MemoryHitsHandle hits);
+        [DllImport(Lib)] public static extern Status weft_memory_search(MemoryHandle memory, ExecutorHandle executor, byte[] query, UIntPtr k, out MemorySearchHandle search);
+        [DllImport(Lib)] public static extern Status weft_memory_search_is_ready(MemorySearchHandle search, out int ready);
+        [DllImport(Lib)] public static extern Status weft_memory_search_wait(MemorySearchHandle search, uint timeoutMs, out int ready);
+        [DllImport(Lib)] public static extern Status weft_memory_search_error(MemorySearchHandle search, out Status code, byte[] buf, UIntPtr capacity, out UIntPtr len);
+        [DllImport(Lib)] public static extern Status weft_memory_search_hits(MemorySearchHandle search, out MemoryHitsHandle hits);
+        [DllImport(Lib)] public static extern Status weft_memory_search_free(IntPtr search);
+        [DllImport(Lib)] public static extern Status weft_memory_save(MemoryHandle memory, out BytesHandle b);
+        [DllImport(Lib)] public static extern Status weft_memory_load(byte[] data, UIntPtr size, out MemoryHandle memory);
+        [DllImport(Lib)] public static extern Status weft_conversation_set_memory(ConversationHandle c, MemoryHandle memory);
+        [DllImport(Lib, EntryPoint = "weft_conversation_set_memory")] public static extern Status weft_conversation_set_memory_none(ConversationHandle c, IntPtr none);
+        [DllImport(Lib)] public static extern Status weft_conversation_memory(ConversationHandle c, out MemoryHandle memory);
+        [DllImport(Lib)] public static extern Status weft_compact_params_init(ref CompactParamsNative p, UIntPtr size);
+        [DllImport(Lib)] public static extern Status weft_conversation_compact(ConversationHandle c, ref CompactParamsNative p);
         [DllImport(Lib)] public static extern Status weft_cosine_similarity(float[] a, UIntPtr nA, float[] b, UIntPtr nB, out float similarity);
 
         // --- Helpers ---------------------------------------------------------

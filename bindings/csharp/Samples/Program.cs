@@ -35,6 +35,7 @@ namespace Weft.Samples
                 Tuple.Create<string, Action<string>>("images", ImageSample.Run),
                 Tuple.Create<string, Action<string>>("actions", ActionsSample.Run),
                 Tuple.Create<string, Action<string>>("embeddings", EmbeddingSample.Run),
+                Tuple.Create<string, Action<string>>("memory", MemorySample.Run),
             };
             int ran = 0;
             foreach (var s in samples)
