@@ -295,10 +295,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
 
   // --- Embeddings (step.cpp) ---
   // Decodes queued texts in the embedder's context with mu released: within
-  // what the step's budget leaves (tokens, and time from t0), or, as their
-  // turn, the front text whatever it costs.
+  // what the step's budget leaves (tokens, and time from t0 less `reserve`
+  // seconds), or, as their turn, the front text whatever it costs.
   void run_embeddings_locked(const StepBudget &budget, std::chrono::steady_clock::time_point t0, bool turn,
-                             StepResult &result, std::unique_lock<std::mutex> &lock);
+                             StepResult &result, std::unique_lock<std::mutex> &lock, double reserve = 0);
 
   // --- Run (run.cpp) ---
   // Decodes the plan's token segments (mu held on entry and exit, released

@@ -33,6 +33,22 @@ StepBudget check_budget(StepBudget b, std::uint32_t n_batch) {
   return b;
 }
 
+namespace {
+
+// Seconds the budget has left (max_time from t0, or the deadline), if it sets any.
+std::optional<double> time_left(const StepBudget &budget, Clock::time_point t0) {
+  const auto now = Clock::now();
+  std::optional<double> seconds;
+  if (budget.max_time) seconds = std::chrono::duration<double>(*budget.max_time - (now - t0)).count();
+  if (budget.deadline) {
+    const double until = std::chrono::duration<double>(*budget.deadline - now).count();
+    seconds = seconds ? std::min(*seconds, until) : until;
+  }
+  return seconds;
+}
+
+}  // namespace
+
 StepResult ExecutorCore::step(const StepBudget &asked) {
   const auto t0 = Clock::now();
   const StepBudget budget = check_budget(asked, params.n_batch);
@@ -69,13 +85,18 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   }
   ++stats.steps;
   sample_phase(result, lock);
-  // Texts the last step passed over go first: their turn (never two running).
+  // Texts the last step passed over go first: their turn (never two
+  // running). Texts past the front one leave a one-token decode's time for
+  // the conversations; when the turn leaves less, they plan nothing this
+  // step (the step would overrun by their decode) and go first in the next.
   const bool embed_turn = embedder && embedder->due();
   StepBudget token_budget = budget;
   if (embed_turn) {
-    run_embeddings_locked(budget, t0, true, result, lock);
+    const double one_token = cost.predict(1, depth_is_cells() ? kv->cells_held() : 0) * cost.margin(1);
+    run_embeddings_locked(budget, t0, true, result, lock, one_token);
     const std::uint32_t cap = budget.max_tokens.value_or(params.n_batch);
     token_budget.max_tokens = cap - std::min(cap, result.tokens_embedded);
+    if (const auto left = time_left(budget, t0); left && *left < one_token) token_budget.max_tokens = 0;
   }
 
   const auto &moves = kv->counters();
@@ -142,17 +163,12 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
 }
 
 void ExecutorCore::run_embeddings_locked(const StepBudget &budget, Clock::time_point t0, bool turn,
-                                         StepResult &result, std::unique_lock<std::mutex> &lock) {
+                                         StepResult &result, std::unique_lock<std::mutex> &lock, double reserve) {
   if (!embedder || embedder->pending() == 0) return;
   const std::uint32_t cap = budget.max_tokens.value_or(params.n_batch);
   const std::uint32_t used = result.tokens_decoded + result.tokens_embedded;
-  const auto now = Clock::now();
-  std::optional<double> seconds;
-  if (budget.max_time) seconds = std::chrono::duration<double>(*budget.max_time - (now - t0)).count();
-  if (budget.deadline) {
-    const double until = std::chrono::duration<double>(*budget.deadline - now).count();
-    seconds = seconds ? std::min(*seconds, until) : until;
-  }
+  std::optional<double> seconds = time_left(budget, t0);
+  if (seconds) *seconds -= reserve;
   lock.unlock();  // the embedder's context is the stepper's alone
   const Embedder::Ran ran = embedder->run(cap > used ? cap - used : 0, seconds, turn);
   lock.lock();
