@@ -304,8 +304,8 @@ class WEFT_API Executor {
   // still running, it throws Errc::invalid_argument instead of waiting for
   // itself. Liveness: every runnable conversation gets a token within
   // ceil(R / T) steps (R runnable, T tokens a step), plus the steps in which
-  // a time budget goes to a whole image alone (never two in a row;
-  // docs/EXECUTOR.md).
+  // a time budget goes to a whole image alone or to queued embeddings' turn
+  // (never two in a row; docs/EXECUTOR.md).
   StepResult step(const StepBudget &budget = {});
 
   // Runs steps on an executor-owned thread until stop(): it sleeps while
