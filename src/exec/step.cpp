@@ -88,23 +88,35 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   // Texts the last step passed over go first: their turn (never two
   // running). Texts past the front one leave a one-token decode's time for
   // the conversations; when the turn leaves less, they plan nothing this
-  // step (the step would overrun by their decode) and go first in the next.
+  // step (the step would overrun by their decode) — unless a whole image
+  // took the last step alone: conversations never sit out two steps running.
   const bool embed_turn = embedder && embedder->due();
   StepBudget token_budget = budget;
+  bool embed_alone = false;
   if (embed_turn) {
     const double one_token = cost.predict(1, depth_is_cells() ? kv->cells_held() : 0) * cost.margin(1);
     run_embeddings_locked(budget, t0, true, result, lock, one_token);
     const std::uint32_t cap = budget.max_tokens.value_or(params.n_batch);
     token_budget.max_tokens = cap - std::min(cap, result.tokens_embedded);
-    if (const auto left = time_left(budget, t0); left && *left < one_token) token_budget.max_tokens = 0;
+    const auto left = time_left(budget, t0);
+    embed_alone = left && *left < one_token && !media.alone_last;
   }
 
   const auto &moves = kv->counters();
   const std::uint64_t moves_before = moves.parks + moves.restores + moves.recomputes;
   reconcile_locked(&lock);  // what operations left while the sampling ran unlocked
   const bool may_age = make_resident_locked(token_budget.max_tokens.value_or(params.n_batch), lock);
-  StepPlan plan = schedule_locked(token_budget, t0, result, lock);
-  if (plan.closed) return result;
+  StepPlan plan;
+  if (embed_alone) {
+    // The turn took the step: no plan (a budget of 0 would still plan one
+    // token), and no whole image alone next step.
+    plan = std::move(scratch.spare_plan);
+    plan.clear();
+    media.alone_last = true;
+  } else {
+    plan = schedule_locked(token_budget, t0, result, lock);
+    if (plan.closed) return result;
+  }
 
   const bool idle = plan.empty();
   if (idle) {

@@ -230,6 +230,39 @@ TEST(Embeddings, TakeTurnsWithConversationsThatFillEveryBudget) {
   EXPECT_LE(quiet_max, 2);
 }
 
+// Under a time budget no text fits: every text goes as a turn that takes
+// its step alone, and the conversations still never sit out two steps running.
+TEST(Embeddings, ATurnThatFillsATimeBudgetTakesItsStepAloneNeverTwoRunning) {
+  std::mt19937 rng(12);
+  weft::Executor ex(weft_test::tiny(), params_with(embed_model()));
+  std::vector<weft::Generation> gens;
+  std::vector<weft::Conversation> convs;
+  for (int i = 0; i < 3; ++i) {
+    convs.push_back(ex.create());
+    convs.back().prompt(weft_test::random_tokens(rng, weft_test::tiny(), 8, true));
+    gens.push_back(convs.back().generate({.max_tokens = 500, .ignore_eos = true}));
+  }
+  for (int i = 0; i < 8; ++i) ex.step();  // the prompts in; the cost model has seen one-token steps
+  std::vector<std::string> texts;
+  for (int i = 0; i < 5; ++i) texts.push_back(random_text(rng, 30, 40));
+  auto e = ex.embed(texts);
+  int steps = 0, alone = 0, zero_run = 0, zero_max = 0;
+  while (!e.done() && steps < 100) {
+    // Far below one text's decode, above nothing: the conversations fit one token.
+    const auto r = ex.step({.max_time = std::chrono::microseconds(1500)});
+    ++steps;
+    alone += r.tokens_embedded > 0 && r.tokens_decoded == 0 ? 1 : 0;
+    zero_run = r.tokens_decoded == 0 ? zero_run + 1 : 0;
+    zero_max = std::max(zero_max, zero_run);
+  }
+  ASSERT_TRUE(e.done());
+  EXPECT_FALSE(e.error());
+  EXPECT_LE(zero_max, 1) << "the conversations sat out " << zero_max << " steps running";
+  EXPECT_LE(steps, 2 * 5 + 2);
+  std::printf("embeddings: 5 texts in %d steps, %d of them alone\n", steps, alone);
+  for (auto &g : gens) g.cancel();
+}
+
 TEST(Embeddings, ATimeBudgetSpreadsTextsOverSteps) {
   weft::Executor ex(weft_test::tiny(), params_with(embed_model()));
   std::mt19937 rng(8);

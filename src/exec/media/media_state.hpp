@@ -31,8 +31,9 @@ struct MediaState {
   bool side_tried = false;
   static constexpr std::uint32_t kSideSeqs = 8;  // images side_ctx decodes in one batch
   std::atomic<std::uint64_t> next_id{1};
-  // The last step decoded a whole image and no tokens (schedule.cpp): the
-  // next one does not do so again, so tokens go at least every other step.
+  // The last step decoded a whole image, or queued texts' turn (step.cpp),
+  // and no tokens (schedule.cpp): the next one does neither, so tokens go at
+  // least every other step.
   bool alone_last = false;
   // The encoder's activity() (0 without one): a decode that ran beside an
   // encode shared the cores with it, so the cost model does not learn from it.
