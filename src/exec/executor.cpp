@@ -187,7 +187,14 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
     // Made now, not in the step of the first image (tens of milliseconds).
     if (media.projector->non_causal) media_context();
   }
-  if (params.embedder) embedder = std::make_unique<Embedder>(model, *params.embedder, threads, attention.type);
+  if (params.embedder) {
+    try {
+      embedder = std::make_unique<Embedder>(model, *params.embedder, threads, attention.type);
+    } catch (...) {
+      free_context();  // a throwing constructor runs no destructor: the context would leak
+      throw;
+    }
+  }
   stats.step_ms.reserve(StepStats::kWindow);
   stats.decode_ms.reserve(StepStats::kWindow);
   scratch.planning.candidates.reserve(params.n_seq_max * 4);
