@@ -29,7 +29,6 @@ struct EmbedJob {
   std::vector<std::vector<float>> out;     // under mu
   std::size_t n_done = 0;                  // under mu
   bool finished = false;                   // under mu
-  bool cancelled = false;                  // under mu
   std::optional<Error> error;              // under mu
   std::uint32_t n_embd = 0;
   // Ends it (under mu; wakes waiters). No-op once finished.
@@ -113,9 +112,9 @@ class Embedder {
   std::size_t pending_ = 0;  // inputs queued, not taken
 
   bool due_ = false;
-  // Seconds per token of the decodes so far (a moving average), and a
-  // decode's fixed part: predict(n) = fixed_ + per_token_ * n.
-  double per_token_ = 0, fixed_ = 0;
+  // Seconds per token of the decodes so far (a moving average): predict(n)
+  // = per_token_ * n.
+  double per_token_ = 0;
   std::vector<Pick> picks_;  // run()'s, reused
 };
 

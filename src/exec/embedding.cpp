@@ -98,7 +98,6 @@ std::vector<std::vector<float>> Embedding::vectors() const {
 void Embedding::cancel() {
   if (!job_) return;
   std::lock_guard lock(job_->mu);
-  job_->cancelled = true;
   job_->finish_locked(Error(Errc::cancelled, "the embedding was cancelled"));
 }
 

@@ -79,6 +79,10 @@ TEST(Compaction, RefusesWhatItCannotKeepAndLeavesTheConversationAlone) {
                                      Errc::out_of_range, "exceeds n_ctx"));
   EXPECT_EQ(conv.tokens(), before);
   EXPECT_TRUE(conv.has_logits());
+  // summarize_and_compact refuses the same before it forks.
+  EXPECT_TRUE(weft_test::throws_weft([&] { weft::summarize_and_compact(ex, conv, {.keep_first = 20, .keep_last = 11}); },
+                                     Errc::out_of_range, "keep_first 20 + keep_last 11"));
+  EXPECT_EQ(ex.stats().conversations, 1u) << "no fork left behind";
 }
 
 // The NPC's own model writes the summary on a fork; the conversation is

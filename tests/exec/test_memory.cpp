@@ -14,6 +14,8 @@
 #include "weft/executor.hpp"
 #include "weft/memory.hpp"
 #include "weft/train.hpp"
+#include "state/state_codec.hpp"
+#include <cstring>
 
 namespace {
 
@@ -215,6 +217,14 @@ TEST(Memory, DamagedBytesAndWrongUseAreRefusedByName) {
   }
   EXPECT_TRUE(weft_test::throws_weft([&] { weft::Memory::load(std::vector<std::uint8_t>{1, 2, 3}); }, Errc::corrupt,
                                      "WEFTMEM"));
+  {
+    // An intact store of another format version (its checksum made anew).
+    auto other = good;
+    other[8] = 2;
+    const auto crc = weft::detail::crc32(std::span<const std::uint8_t>(other).first(other.size() - 4));
+    std::memcpy(other.data() + other.size() - 4, &crc, 4);
+    EXPECT_TRUE(weft_test::throws_weft([&] { weft::Memory::load(other); }, Errc::incompatible, "format version 2"));
+  }
   EXPECT_TRUE(weft_test::throws_weft([&] { mem.add("c", {1, 0}); }, Errc::invalid_argument, "2 floats in a store of width 3"));
   EXPECT_TRUE(weft_test::throws_weft([&] { mem.search(std::vector<float>{1, 0}, 1); }, Errc::invalid_argument,
                                      "width 3"));
