@@ -193,6 +193,9 @@ struct ExecutorParams {
   // decode queued texts beside the conversations (docs/EXECUTOR.md,
   // "Embeddings").
   std::optional<EmbedderParams> embedder;
+  // Speculative decoding for generations that do not set
+  // GenerateParams::speculative. Default: no drafter.
+  SpeculativeParams speculative;
 };
 
 // What one Executor::encode_images() call did.
@@ -238,6 +241,8 @@ struct StepResult {
   bool deadline_hit = false;          // the hard deadline stopped the step early
   std::uint32_t tokens_embedded = 0;  // tokens decoded for Executor::embed (not in tokens_decoded)
   std::uint32_t texts_embedded = 0;   // texts whose vectors this step made
+  std::uint32_t tokens_drafted = 0;   // draft tokens verified (in tokens_decoded)
+  std::uint32_t drafts_accepted = 0;  // of those, kept (in tokens_sampled)
 };
 
 // Background stepping (Executor::start).

@@ -30,6 +30,10 @@ struct ExecutorStats {
   std::uint64_t steps = 0;
   std::uint64_t tokens_decoded = 0;
   std::uint64_t tokens_sampled = 0;
+  // Speculative decoding: draft tokens verified (counted in tokens_decoded)
+  // and of those kept (counted in tokens_sampled).
+  std::uint64_t tokens_drafted = 0;
+  std::uint64_t drafts_accepted = 0;
   std::uint64_t decode_failures = 0;
   std::uint64_t deadline_stops = 0;  // steps cut short by a hard deadline
   std::uint64_t worker_errors = 0;   // worker steps that threw (a weft bug; it carried on)

@@ -69,9 +69,54 @@ struct GenerationResult {
   // stays in `text` and its tokens in the conversation), or nullopt when it
   // spoke instead or was cut before the call closed.
   std::optional<ToolCall> tool_call;
+  // Speculative decoding: draft tokens the steps verified, and of those the
+  // ones kept (each of them one decode fewer than without drafts).
+  std::uint32_t drafted = 0;
+  std::uint32_t accepted = 0;
   FinishReason reason = FinishReason::running;
   // Set when reason == error.
   std::optional<Error> error;
+};
+
+// Speculative decoding: a generation drafts the tokens it expects next, and
+// the step decodes them with its sampled token in one segment, logits at
+// every position. The sampler then runs on each position's logits in turn,
+// exactly as it would one step at a time: a draft token is kept when the
+// sampler picks it there, and the first it does not pick is replaced by the
+// pick; the cells of the rest leave the cache. So the tokens are those the
+// model samples without drafts — the same tokens under greedy (up to the
+// kernels' batch noise), and at a temperature the same distribution (with a
+// seeded sampler, the same tokens too: one draw per position either way).
+// Grammars, stop strings and max_tokens see only the kept tokens.
+enum class Drafter {
+  none = 0,    // every token a decode of its own
+  lookup = 1,  // the conversation's own tokens: the continuation of the latest
+               // earlier place its last n tokens occur (names, items and prices
+               // copied from the prompt); no second model
+};
+
+WEFT_API const char *drafter_name(Drafter drafter) noexcept;
+
+struct SpeculativeParams {
+  // Default none.
+  Drafter drafter = Drafter::none;
+  // Most draft tokens one step verifies for this generation, in
+  // [1, kMaxDraft]. Default 8. A step also drafts no more than its token
+  // budget, time budget and free KV cells leave after every conversation's
+  // own tokens: drafts never take a turn from anyone.
+  std::uint32_t max_draft = 8;
+  static constexpr std::uint32_t kMaxDraft = 32;
+  // lookup: the longest and shortest run of last tokens searched for, in
+  // [1, kMaxNgram] with ngram_min <= ngram_max (longest match first). Default 3 and 2.
+  std::uint32_t ngram_max = 3;
+  std::uint32_t ngram_min = 2;
+  static constexpr std::uint32_t kMaxNgram = 8;
+  // Draft only as many tokens as the cost model predicts to raise the
+  // step's tokens per second, weighing each by this generation's recent
+  // acceptance (on a CPU a decode of 2 tokens can cost 2-3x one, so drafts
+  // often do not pay there; docs/EXECUTOR.md). false: every draft token the
+  // budgets and cells allow. Default true.
+  bool adaptive = true;
 };
 
 struct GenerateParams {
@@ -125,6 +170,13 @@ struct GenerateParams {
   // on_token, with what `logprobs` recorded for it. Default none; needs
   // `logprobs`. Must not throw (a throw cancels the generation).
   std::function<void(const TokenLogprob &entry)> on_logprob;
+  // Speculative decoding (see SpeculativeParams). Default unset: the
+  // executor's (ExecutorParams::speculative, which drafts nothing unless
+  // set). Out-of-range fields are Errc::out_of_range; an unknown drafter
+  // Errc::invalid_argument. A recurrent or hybrid model (its state cannot
+  // drop a rejected draft) or one with a sliding window (llama.cpp may have
+  // reused the cells a rejected draft leaves) drafts nothing.
+  std::optional<SpeculativeParams> speculative;
 };
 
 namespace detail {

@@ -8,7 +8,15 @@
 
 struct ggml_tensor;
 
+namespace weft {
+struct SpeculativeParams;
+}
+
 namespace weft::detail {
+
+// Throws Errc::invalid_argument / out_of_range for SpeculativeParams outside
+// their documented ranges, naming `what` (sampler_params.cpp).
+void validate_speculative(const SpeculativeParams &p, const char *what);
 
 struct ExecutorCore;
 

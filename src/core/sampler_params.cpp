@@ -1,4 +1,4 @@
-// SamplerParams validation: pure (no llama.cpp), shared by the sampler and
+// SamplerParams (and SpeculativeParams) validation: pure (no llama.cpp), shared by the sampler and
 // the state decoder (and so by the state fuzzer).
 #include <fmt/format.h>
 
@@ -10,6 +10,7 @@
 #include "core/banned_strings.hpp"
 #include "core/logit_bias.hpp"
 #include "core/sampling.hpp"
+#include "weft/generation.hpp"
 
 namespace weft::detail {
 namespace {
@@ -106,6 +107,20 @@ bool uses_stages(const SamplerParams &p) {
          p.dry_allowed_length != d.dry_allowed_length || p.dry_penalty_last_n != d.dry_penalty_last_n ||
          p.dry_sequence_breakers != d.dry_sequence_breakers || p.mirostat != d.mirostat ||
          p.mirostat_tau != d.mirostat_tau || p.mirostat_eta != d.mirostat_eta;
+}
+
+void validate_speculative(const SpeculativeParams &p, const char *what) {
+  if (p.drafter != Drafter::none && p.drafter != Drafter::lookup) {
+    fail(Errc::invalid_argument, fmt::format("{}.drafter = {} is not a Drafter", what, static_cast<int>(p.drafter)));
+  }
+  if (p.max_draft < 1 || p.max_draft > SpeculativeParams::kMaxDraft) {
+    fail(Errc::out_of_range,
+         fmt::format("{}.max_draft = {} is outside [1, {}]", what, p.max_draft, SpeculativeParams::kMaxDraft));
+  }
+  if (p.ngram_min < 1 || p.ngram_max > SpeculativeParams::kMaxNgram || p.ngram_min > p.ngram_max) {
+    fail(Errc::out_of_range, fmt::format("{}.ngram_min = {} and ngram_max = {} must satisfy 1 <= min <= max <= {}",
+                                         what, p.ngram_min, p.ngram_max, SpeculativeParams::kMaxNgram));
+  }
 }
 
 }  // namespace weft::detail

@@ -48,6 +48,13 @@ struct GenState {
   std::uint64_t conv_id = 0;
   bool tools = false;  // sampled under tools_grammar(): the call is parsed when it ends
   ToolFormat tool_format = ToolFormat::hermes;  // with tools: the one sampled and parsed
+  // Speculative decoding: as resolved (GenerateParams's or the executor's),
+  // and its drafts' recent acceptance, each position tested counted (a
+  // draft token after a rejected one is not), older ones weighing less.
+  SpeculativeParams spec;
+  double spec_kept = 0, spec_tested = 0;
+  // The chance that the next draft token is kept (1 kept of 2 tested before any).
+  double spec_rate() const { return (spec_kept + 1) / (spec_tested + 2); }
 };
 
 // KV work an operation asked for, done at the next step boundary.

@@ -40,6 +40,7 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
     gr.top_logprobs = g.params.top_logprobs;
     gr.tools = g.tools;
     gr.tool_format = g.tool_format;
+    if (g.spec.drafter != Drafter::none) gr.speculative = g.spec;
     gr.stop = g.params.stop;
     gr.sampler = g.params.sampler;
     if (g.own_sampler) gr.sampler_state = g.own_sampler->state();
@@ -48,6 +49,8 @@ ConvRecord record_of(const ExecutorCore &x, const Conv &c) {
       gr.tokens = g.result.tokens;
       gr.text = g.result.text;
       gr.logprob_entries = g.result.logprobs;
+      gr.drafted = g.result.drafted;
+      gr.accepted = g.result.accepted;
     }
     gr.stream_text = g.stream->text();
     gr.stream_released = g.stream->released();
@@ -144,6 +147,10 @@ Conversation adopt_locked(ExecutorCore &x, ConvRecord &&r, Sampler &&sampler, st
     g->params.top_logprobs = r.gen->top_logprobs;
     g->tools = r.gen->tools;
     g->tool_format = r.gen->tool_format;
+    g->params.speculative = r.gen->speculative;
+    g->spec = r.gen->speculative.value_or(x.params.speculative);
+    g->result.drafted = r.gen->drafted;
+    g->result.accepted = r.gen->accepted;
     g->params.stop = r.gen->stop;
     g->params.sampler = r.gen->sampler;
     if (gen_sampler) g->own_sampler = std::make_shared<Sampler>(std::move(*gen_sampler));

@@ -132,6 +132,7 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
       events(p.events, p.events_capacity) {
   ensure_backend();
   validate(model, params);
+  validate_speculative(params.speculative, "ExecutorParams.speculative");
   if (params.n_ubatch == 0) params.n_ubatch = params.n_batch;
   auto cp = llama_context_default_params();
   cp.n_ctx = params.n_ctx;

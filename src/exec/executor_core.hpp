@@ -22,6 +22,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -47,6 +50,7 @@ namespace weft::detail {
 struct StepStats {
   static constexpr std::size_t kWindow = 1024;
   std::uint64_t steps = 0, tokens_decoded = 0, tokens_sampled = 0, decode_failures = 0, deadline_stops = 0;
+  std::uint64_t tokens_drafted = 0, drafts_accepted = 0;
   std::uint64_t adapter_switches = 0;
   std::uint64_t image_batches = 0;
   double image_decode_s = 0;
@@ -67,6 +71,18 @@ struct SampleJob {
   double seconds = 0;  // the sample took
   std::optional<Error> error;
   bool done = false;  // run-stage jobs: handed to finish_sample_locked, or released
+  // A part with drafts (speculate.cpp): the draft tokens as planned (the
+  // plan's), what the generation may still take, and the end of its text
+  // (a stop string's window) when it has stop strings. Out: every token
+  // sampled, in order (`token` is the last), with `logprob`s, how many
+  // drafts were kept, and whether the generation ends at the last token.
+  std::span<const Token> draft;
+  std::uint32_t remaining = 0;
+  std::string stop_tail;
+  std::vector<Token> tokens;
+  std::vector<TokenLogprob> logprobs;
+  std::uint32_t accepted = 0;
+  bool ended = false;
 };
 
 // The schedule stage's working buffers (schedule.cpp, groups.cpp,
@@ -95,6 +111,8 @@ struct RunBuffers {
   // llama.cpp's logits before the next decode overwrites them (no copy), and
   // finished as their part commits (update.cpp).
   std::vector<SampleJob> early;
+  std::vector<const float *> rows;  // a part with drafts: its logits, a row a position
+  std::vector<Token> spec_tokens;   // ...and the tokens it keeps
   // An embeddings batch's rows (media.cpp).
   struct MediaBatch {
     std::vector<float> embd;
@@ -305,8 +323,8 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // around each llama_decode), committing each micro-batch as it completes:
   // the next one continues from what it committed, in the cache and in the
   // queues. Returns whether the deadline stopped it.
-  bool run_locked(std::vector<Segment> &segments, const StepBudget &budget, StepResult &result,
-                  std::unique_lock<std::mutex> &lock);
+  bool run_locked(std::vector<Segment> &segments, std::span<const Token> drafts, const StepBudget &budget,
+                  StepResult &result, std::unique_lock<std::mutex> &lock);
   void fail_segment_locked(Segment &s, std::uint32_t n, int rc, StepResult &result);
   // Fails every live segment of parts[lo, hi) with Errc::backend: `why`.
   void fail_parts_locked(std::vector<Segment> &segments, std::size_t lo, std::size_t hi, const std::string &why,
@@ -318,6 +336,35 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   // runs with the lock released.
   void sample_phase(StepResult &result, std::unique_lock<std::mutex> &lock);
   void finish_sample_locked(SampleJob &job, StepResult &result);
+  // One sampled token joins c's generation (g): counted, streamed, checked
+  // for an end, posted; queued for the next decode when `queue_it` (a draft
+  // token the job kept is in the cache already). Returns why the
+  // generation ended, or running.
+  FinishReason emit_token_locked(Conv &c, std::shared_ptr<GenState> gen, Token token,
+                                 std::optional<TokenLogprob> logprob, bool queue_it, StepResult &result);
+
+  // --- Speculative decoding (speculate.cpp) ---
+  // After the plan: drafts for its generating segments, in what the
+  // budgets and cells leave (`room`), never more than pays (adaptive).
+  struct DraftRoom {
+    std::uint32_t tokens = 0, cells = 0;  // left after the plan
+    std::optional<double> seconds;        // the time budget's, less the sampling planned
+    double depth = 0;                     // the cost model's depth for the step
+  };
+  void plan_drafts_locked(StepPlan &plan, const DraftRoom &room);
+  // What the plan in scratch.planning leaves: of `token_budget` tokens, of
+  // `free_cells`, and of `left` seconds (a time budget's, at `depth`) or a
+  // deadline's.
+  DraftRoom draft_room_locked(const StepBudget &budget, std::uint32_t token_budget, std::uint32_t free_cells,
+                              std::optional<double> left, double depth) const;
+  // Verifies a part's drafts on its logits rows (one per position), with the
+  // lock released, as sample_job does one row.
+  void sample_spec_job(SampleJob &job, std::span<const float *const> rows);
+  // A claimed job of a part with drafts: what verifying them needs.
+  void prepare_spec_job_locked(SampleJob &job, std::span<const Token> draft);
+  // commit_part for a part with drafts: the kept tokens enter the history,
+  // the rejected drafts' cells leave the cache.
+  void commit_spec_part(Segment &s, const Part &part, StepResult &result);
   // One sample from `logits` (n_vocab floats), with the lock released; the
   // job's sampler is reserved for it (SamplerShare::sampling).
   void sample_job(SampleJob &job, const float *logits);

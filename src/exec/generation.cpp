@@ -23,13 +23,23 @@ const char *finish_reason_name(FinishReason reason) noexcept {
   return "unknown";
 }
 
+const char *drafter_name(Drafter drafter) noexcept {
+  switch (drafter) {
+    case Drafter::none: return "none";
+    case Drafter::lookup: return "lookup";
+  }
+  return "unknown";
+}
+
 Generation Conversation::generate(const GenerateParams &params) {
   if (!handle_) detail::fail(Errc::disposed, "empty Conversation handle");
   if (params.max_tokens == 0) detail::fail(Errc::invalid_argument, "GenerateParams.max_tokens = 0 must be >= 1");
   detail::validate_logprobs(params);
+  if (params.speculative) detail::validate_speculative(*params.speculative, "GenerateParams.speculative");
   auto &core = *handle_->core;
   auto gen = std::make_shared<detail::GenState>();
   gen->params = params;
+  gen->spec = params.speculative.value_or(core.params.speculative);
   gen->stream.emplace(params.stop);  // validates the stop strings
   // Reserved up front so steps do not reallocate them as the reply grows.
   const std::size_t expect = std::min<std::size_t>(params.max_tokens, 4096);

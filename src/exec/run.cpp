@@ -31,8 +31,8 @@ bool stale(const Segment &s) {
 
 }  // namespace
 
-bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &budget, StepResult &result,
-                              std::unique_lock<std::mutex> &lock) {
+bool ExecutorCore::run_locked(std::vector<Segment> &segments, std::span<const Token> drafts, const StepBudget &budget,
+                              StepResult &result, std::unique_lock<std::mutex> &lock) {
   // Without a deadline the whole plan goes to one llama_decode; with one,
   // a micro-batch per call, so the clock can be checked between them and
   // every call that succeeds is whole (logits included). Segments are in
@@ -71,6 +71,13 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
           if (scratch.run.parts.size() > begin && !same_adapters(group, s.adapters.get())) break;
           group = s.adapters.get();
         }
+        if (s.draft > 0 && !s.failed && s.n > room) {
+          // Drafts are verified in the decode that holds them all: what
+          // the micro-batch has no room for is not drafted.
+          s.draft = room > 0 ? room - 1 : 0;
+          s.n = 1 + s.draft;
+          if (room == 0) break;
+        }
         const std::uint32_t n = s.failed ? 0 : std::min(room, s.n - s.sliced);
         if (n > 0) scratch.run.parts.push_back({static_cast<std::uint32_t>(cursor), n, false, 0});
         s.sliced += n;
@@ -97,13 +104,19 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
       if (s.failed) continue;
       Conv &c = *s.conv;
       Part &part = scratch.run.parts[i];
-      const std::uint32_t n = part.n;
       const std::uint32_t pos = s.start + s.done;
       const llama_pos at = c.kv.pos(pos);  // past an M-RoPE image, positions and indices part
-      part.output = n == c.n_queued();
+      part.output = s.draft > 0 || part.n == c.n_queued();
       part.checkpoint_seq = part.output && !c.gen_token_queued && !kv->family().cuts() ? c.kv.seq : -1;
       // (A retry after a failed decode keeps the job the first try claimed.)
-      if (part.output && part.job < 0) part.job = claim_early_sample_locked(c, n);
+      if (part.output && part.job < 0) part.job = claim_early_sample_locked(c, part.n);
+      if (s.draft > 0 && part.job < 0) {
+        s.draft = 0;  // its sample is left to the sampling phase: nothing to verify drafts with
+        s.n = s.sliced = part.n = 1;
+      } else if (s.draft > 0) {
+        prepare_spec_job_locked(scratch.run.early[static_cast<std::size_t>(part.job)], drafts.subspan(s.draft_at, s.draft));
+      }
+      const std::uint32_t n = part.n;
       if (part.output && part.job < 0) {
         part.staged = outputs++;
         auto &staging = scratch.run.staging;
@@ -117,11 +130,11 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
       }
       for (std::uint32_t k = 0; k < n; ++k) {
         const int row = b.n_tokens++;
-        b.token[row] = c.queue[k];
+        b.token[row] = k == 0 || s.draft == 0 ? c.queue[k] : drafts[s.draft_at + k - 1];
         b.pos[row] = at + static_cast<llama_pos>(k);
         b.n_seq_id[row] = 1;
         b.seq_id[row][0] = c.kv.seq;
-        b.logits[row] = part.output && k + 1 == n;
+        b.logits[row] = part.output && (k + 1 == n || s.draft > 0);
       }
       depth += n * (pos + (n - 1) / 2.0);
       ++live;
@@ -189,7 +202,12 @@ bool ExecutorCore::run_locked(std::vector<Segment> &segments, const StepBudget &
         if (part.checkpoint_seq >= 0) {
           part.checkpoint = kv->copy_checkpoint(part.checkpoint_seq, std::span(lg, static_cast<std::size_t>(n_vocab)));
         }
-        if (part.job >= 0) {
+        if (part.job >= 0 && segments[part.seg].draft > 0) {
+          auto &rows = scratch.run.rows;
+          rows.clear();
+          for (std::uint32_t k = part.n; k > 0; --k) rows.push_back(llama_get_logits_ith(ctx, row - static_cast<int>(k)));
+          sample_spec_job(scratch.run.early[static_cast<std::size_t>(part.job)], rows);
+        } else if (part.job >= 0) {
           sample_job(scratch.run.early[static_cast<std::size_t>(part.job)], lg);
         } else {
           scratch.run.staging[part.staged].assign(lg, lg + n_vocab);

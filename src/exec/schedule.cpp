@@ -299,6 +299,7 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
                                        std::unique_lock<std::mutex> &lock) {
   StepPlan out = std::move(scratch.spare_plan);  // its buffers, emptied
   out.clear();
+  DraftRoom draft_room;
   for (int attempt = 0;; ++attempt) {
     // Operations made while the lock was released (sampling, a callback)
     // may have left KV work: the plan needs the cache as the histories say.
@@ -422,6 +423,8 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
     }
     if (budget.max_time && adapter_state.used && !scratch.planning.entries.empty())
       replan_for_groups_locked(left, depth, token_budget, wanted);
+    draft_room = draft_room_locked(budget, token_budget, free_cells,
+                                   timed ? std::optional(left - group_overhead_locked(depth)) : std::nullopt, depth);
     const bool pressure = kv->cells_free() < std::min<std::uint64_t>(token_budget, wanted);
     result.blocked = no_slot + held_back;
     if (!pressure) break;
@@ -486,6 +489,7 @@ StepPlan ExecutorCore::schedule_locked(const StepBudget &budget, Clock::time_poi
     if (adapter_state.used) out.segments.back().adapters = c.next_adapters();
   }
   if (adapter_state.used) group_segments(out.segments, budget.deadline.has_value());
+  plan_drafts_locked(out, draft_room);
   return out;
 }
 

@@ -127,7 +127,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
   } else {
     const std::uint64_t encoder_before = media.encoder_activity();
     run_media_locked(plan.media, result, lock);  // images whose embeddings the encoder made
-    result.deadline_hit = run_locked(plan.segments, budget, result, lock);
+    result.deadline_hit = run_locked(plan.segments, plan.drafts, budget, result, lock);
     if (plan.image_step_need > 0 && !result.deadline_hit && result.failed == 0 &&
         media.encoder_quiet_since(encoder_before)) {
       cost.observe_image_step(plan.image_step_need, result.decode_seconds);

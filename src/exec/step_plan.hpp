@@ -26,6 +26,11 @@ struct Segment {
   AdapterConfigPtr adapters;  // decoded under (null: the base model)
   bool failed = false;
   bool counted = false;  // counted in StepResult::conversations
+  // Speculative decoding: `draft` of the `n` tokens are drafts after the
+  // sampled one, StepPlan::drafts[draft_at, draft_at + draft); such a
+  // segment goes whole into one llama_decode, logits at every position.
+  std::uint32_t draft = 0;
+  std::uint32_t draft_at = 0;
 };
 
 // Part of one llama_decode call: `n` tokens of segment `seg` (the run
@@ -71,6 +76,8 @@ struct StepPlan {
   double image_step_need = 0;
   // The callback (on_pressure) closed the executor while the step planned.
   bool closed = false;
+  // Every segment's draft tokens (Segment::draft_at).
+  std::vector<Token> drafts;
 
   bool empty() const { return segments.empty() && media.empty(); }
   // Empties it, keeping the buffers.
@@ -79,6 +86,7 @@ struct StepPlan {
     media.clear();
     image_step_need = 0;
     closed = false;
+    drafts.clear();
   }
 };
 

@@ -23,6 +23,10 @@ bool first_token(GenState &g) {
 }  // namespace
 
 void ExecutorCore::commit_part(Segment &s, const Part &part, StepResult &result) {
+  if (s.draft > 0) {
+    commit_spec_part(s, part, result);
+    return;
+  }
   Conv &c = *s.conv;
   const std::uint32_t n = part.n;
   const bool stale = c.disposed || c.epoch != s.epoch;
@@ -191,19 +195,26 @@ void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
     finish_generation_locked(c, FinishReason::error, *job.error);
     return;
   }
-  GenState &g = *c.gen;
-  const Token token = job.token;
+  emit_token_locked(c, c.gen, job.token, std::move(job.logprob), true, result);
+}
+
+FinishReason ExecutorCore::emit_token_locked(Conv &c, std::shared_ptr<GenState> gen, Token token,
+                                             std::optional<TokenLogprob> logprob, bool queue_it,
+                                             StepResult &result) {
+  GenState &g = *gen;
   ++result.tokens_sampled;
   ++stats.tokens_sampled;
   std::string text = g.stream->push(model.token_piece(token));
   // Every sampled token joins the conversation; it is decoded next step.
-  c.queue.push_back(token);
-  c.gen_token_queued = true;
+  if (queue_it) {
+    c.queue.push_back(token);
+    c.gen_token_queued = true;
+  }
   std::size_t n_tokens = 0;
   {
     std::lock_guard lock(g.mu);
     g.result.tokens.push_back(token);
-    if (job.logprob) g.result.logprobs.push_back(*job.logprob);
+    if (logprob) g.result.logprobs.push_back(*logprob);
     g.result.text += text;
     n_tokens = g.result.tokens.size();
   }
@@ -222,17 +233,17 @@ void ExecutorCore::finish_sample_locked(SampleJob &job, StepResult &result) {
     std::lock_guard lock(g.mu);
     g.result.text += rest;
   }
-  auto gen = c.gen;
   if (events.enabled()) {
     events.post(
         {.kind = EventKind::token, .conversation = c.id, .generation = Generation(gen), .token = token, .text = text});
   }
-  const bool callback = gen->params.on_token || gen->params.on_logprob;
+  const bool callback = g.params.on_token || g.params.on_logprob;
   if (reason != FinishReason::running) finish_generation_locked(c, reason, std::nullopt, !callback);
   if (callback) {
     outbox.callbacks.push_back(
-        {std::move(gen), token, std::move(text), reason != FinishReason::running, std::move(job.logprob)});
+        {std::move(gen), token, std::move(text), reason != FinishReason::running, std::move(logprob)});
   }
+  return reason;
 }
 
 void ExecutorCore::deliver_callbacks() {

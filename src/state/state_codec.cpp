@@ -98,7 +98,8 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
   const bool stages = either([](const SamplerParams &p) { return uses_stages(p); });
   const bool bans = either([](const SamplerParams &p) { return !p.banned_strings.empty(); });
   const bool tool_format = r.gen && r.gen->tools && r.gen->tool_format != ToolFormat::hermes;
-  const std::uint32_t version = !r.memory.empty()            ? 14u
+  const std::uint32_t version = r.gen && r.gen->speculative ? 15u
+                                : !r.memory.empty()          ? 14u
                                 : tool_format                ? 13u
                                 : bans                       ? 12u
                                 : r.gen && r.gen->tools      ? 11u
@@ -149,6 +150,16 @@ std::vector<std::uint8_t> encode_conversation(const ConvRecord &r, std::uint64_t
     }
     if (version >= 11) w.put<std::uint8_t>(g.tools ? 1 : 0);
     if (version >= 13) w.put<std::uint8_t>(static_cast<std::uint8_t>(g.tool_format));
+    if (version >= 15) {
+      const SpeculativeParams &sp = *g.speculative;
+      w.put<std::uint8_t>(static_cast<std::uint8_t>(sp.drafter));
+      w.put(sp.max_draft);
+      w.put(sp.ngram_min);
+      w.put(sp.ngram_max);
+      w.put<std::uint8_t>(sp.adaptive ? 1 : 0);
+      w.put(g.drafted);
+      w.put(g.accepted);
+    }
   }
   w.put(r.kv_exact);
   w.put(r.kv_from);
@@ -215,6 +226,28 @@ void read_logprobs(Reader &r, GenRecord &g, std::int32_t n_vocab, const char *wh
   }
 }
 
+// GenRecord's speculative decoding (version 15), checked as generate() checks it.
+void read_speculative(Reader &r, GenRecord &g, const char *what) {
+  SpeculativeParams sp;
+  sp.drafter = static_cast<Drafter>(r.get<std::uint8_t>("generation.drafter"));
+  sp.max_draft = r.get<std::uint32_t>("generation.max_draft");
+  sp.ngram_min = r.get<std::uint32_t>("generation.ngram_min");
+  sp.ngram_max = r.get<std::uint32_t>("generation.ngram_max");
+  sp.adaptive = r.flag("generation.adaptive");
+  try {
+    validate_speculative(sp, "generation.speculative");
+  } catch (const Error &e) {
+    fail(Errc::corrupt, fmt::format("{}: {}", what, e.what()));
+  }
+  g.speculative = sp;
+  g.drafted = r.get<std::uint32_t>("generation.drafted");
+  g.accepted = r.get<std::uint32_t>("generation.accepted");
+  if (g.accepted > g.drafted || g.accepted > g.tokens.size()) {
+    fail(Errc::corrupt, fmt::format("{}: generation.accepted = {} exceeds drafted = {} or its {} tokens", what,
+                                    g.accepted, g.drafted, g.tokens.size()));
+  }
+}
+
 }  // namespace
 
 ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_t fingerprint, std::int32_t n_vocab,
@@ -277,6 +310,7 @@ ConvRecord decode_conversation(std::span<const std::uint8_t> bytes, std::uint64_
       }
       g.tool_format = static_cast<ToolFormat>(f);
     }
+    if (version >= 15) read_speculative(r, g, what);
     c.gen = std::move(g);
   }
   if (version >= 2) {

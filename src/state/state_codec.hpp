@@ -17,7 +17,7 @@
 
 namespace weft::detail {
 
-inline constexpr std::uint32_t kStateVersion = 14;  // the newest read
+inline constexpr std::uint32_t kStateVersion = 15;  // the newest read
 // Written unless the state needs a later version's field (a generation with
 // ignore_eos: version 6; a sampler with a json_schema: version 7; one with a
 // logit_bias: version 8; a generation recording logprobs: version 9; a sampler using typical_p, XTC, DRY or mirostat:
@@ -78,6 +78,10 @@ struct GenRecord {
   std::vector<TokenLogprob> logprob_entries;      // ...one per token of `tokens`
   bool tools = false;                             // version 11: sampled under tools_grammar()
   ToolFormat tool_format = ToolFormat::hermes;    // version 13: the call's format (hermes before)
+  // Version 15: the speculative decoding it runs with (absent: the loading
+  // executor's), and its drafts verified and kept so far.
+  std::optional<SpeculativeParams> speculative;
+  std::uint32_t drafted = 0, accepted = 0;
 };
 
 struct ConvRecord {

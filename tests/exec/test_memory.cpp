@@ -19,7 +19,7 @@
 
 namespace {
 
-const weft::Model &embed_model() {
+const weft::Model &memory_embed_model() {
   static const weft::Model m = weft::Model::load({.path = std::string(WEFT_TEST_MODELS) + "/embed.gguf"});
   return m;
 }
@@ -30,7 +30,7 @@ weft::ExecutorParams params_with_embedder() {
   p.n_batch = 128;
   p.n_seq_max = 4;
   p.n_threads = 2;
-  p.embedder = weft::EmbedderParams{.model = embed_model(), .n_ctx = 256, .n_seq_max = 16};
+  p.embedder = weft::EmbedderParams{.model = memory_embed_model(), .n_ctx = 256, .n_seq_max = 16};
   return p;
 }
 
