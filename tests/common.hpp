@@ -5,9 +5,12 @@
 
 #include <cmath>
 #include <csignal>
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,11 +32,34 @@ inline const weft::Model &tiny() {
   return model;
 }
 
-// A fresh directory under the test binary's temp area.
+// The directories temp_dir() made, removed when the test process exits
+// (a model-family test leaves 69 MB: thousands of runs filled a disk).
+// WEFT_KEEP_TEST_DIRS=1 keeps them for a post-mortem; a crashed process
+// leaves its own behind either way.
+struct TempDirs {
+  std::mutex mu;
+  std::vector<std::filesystem::path> dirs;
+  ~TempDirs() {
+    if (const char *keep = std::getenv("WEFT_KEEP_TEST_DIRS"); keep != nullptr && *keep != '\0' && *keep != '0') return;
+    for (const auto &d : dirs) {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  }
+};
+inline TempDirs &temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
+// A fresh directory under the test binary's temp area, gone at exit.
 inline std::filesystem::path temp_dir(const std::string &name) {
   auto dir = std::filesystem::temp_directory_path() / ("weft-test-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  auto &reg = temp_dirs();
+  std::lock_guard lock(reg.mu);
+  if (std::find(reg.dirs.begin(), reg.dirs.end(), dir) == reg.dirs.end()) reg.dirs.push_back(dir);
   return dir;
 }
 
