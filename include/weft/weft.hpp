@@ -15,6 +15,7 @@
 #include "weft/json_schema.hpp"
 #include "weft/log.hpp"
 #include "weft/memory.hpp"
+#include "weft/memory_fit.hpp"
 #include "weft/model.hpp"
 #include "weft/projector.hpp"
 #include "weft/sampling.hpp"
