@@ -100,6 +100,15 @@ function(weft_llama_build src out_prefix)
     list(APPEND args "-DCMAKE_TOOLCHAIN_FILE=${CMAKE_TOOLCHAIN_FILE}" "-DCMAKE_SYSTEM_NAME=${CMAKE_SYSTEM_NAME}")
     list(APPEND key_args "toolchain=${_toolchain_hash}" "-DCMAKE_SYSTEM_NAME=${CMAKE_SYSTEM_NAME}")
   endif()
+  # Debian 12's Vulkan headers lack what ggml-vulkan.cpp names from newer
+  # ones: a shim directory first on the include path supplies it
+  # (cmake/vulkan-compat/vulkan/vulkan.hpp), keyed by its content.
+  if(WEFT_VULKAN)
+    set(_vk_shim "${PROJECT_SOURCE_DIR}/cmake/vulkan-compat")
+    file(SHA256 "${_vk_shim}/vulkan/vulkan.hpp" _vk_shim_hash)
+    list(APPEND args "-DCMAKE_CXX_FLAGS=-I${_vk_shim}")
+    list(APPEND key_args "vulkan-compat=${_vk_shim_hash}")
+  endif()
   # The key covers everything that changes the binaries.
   set(src_id "")
   if(EXISTS "${src}/.weft-verified")

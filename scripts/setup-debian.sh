@@ -6,7 +6,8 @@ set -eu
 pkgs="build-essential cmake ninja-build ccache git pkg-config ca-certificates
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
       mono-mcs mono-runtime chromium libhiredis-dev redis-server nginx openssl
-      g++-mingw-w64-x86-64-posix wine64 python3"
+      g++-mingw-w64-x86-64-posix wine64 python3
+      libvulkan-dev glslc spirv-headers mesa-vulkan-drivers"
 # mono-mcs/mono-runtime: the C# binding is compiled and tested under Mono,
 # the runtime Unity embeds (bindings/csharp).
 # g++-mingw-w64-x86-64-posix, wine64: weft.dll for Windows x64 (the
@@ -16,6 +17,9 @@ pkgs="build-essential cmake ninja-build ccache git pkg-config ca-certificates
 # libhiredis-dev: `weft serve --store redis://...`; redis-server and nginx:
 # the cluster tests start them on free ports (tests/serve, docs/DEPLOYING.md);
 # openssl: cluster_tls makes its self-signed certificate.
+# libvulkan-dev, glslc, spirv-headers: llama.cpp's Vulkan backend (the
+# `vulkan` preset); mesa-vulkan-drivers: lavapipe, the CPU Vulkan driver its
+# gpu tests run on (docs/BUILDING.md, "GPU backends").
 # python3: the JSON-schema tests compare weft's grammars with llama.cpp's own
 # Python converter (examples/json_schema_to_grammar.py).
 # npm fetches the pinned llama.cpp and the serve tests' npm clients; node
