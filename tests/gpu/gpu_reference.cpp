@@ -15,7 +15,7 @@ const weft::Model &gpu_tiny() {
 }
 
 const weft::Model &partial_tiny() {
-  static const weft::Model m = weft::Model::load({.path = weft_test::tiny_path(), .n_gpu_layers = 1});
+  static const weft::Model m = weft::Model::load({.path = weft_test::tiny_path(), .n_gpu_layers = 2});
   return m;
 }
 

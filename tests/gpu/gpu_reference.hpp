@@ -13,7 +13,9 @@
 namespace weft_gpu {
 
 // tiny.gguf with n_gpu_layers = -1 (both layers and the output layer on
-// the device) and with n_gpu_layers = 1 (the last layer only).
+// the device) and with n_gpu_layers = 2 (llama.cpp counts the output layer
+// as the last: layer 1 and the output layer on the device, layer 0 and its
+// KV cells on the CPU, so the cache is split over both).
 const weft::Model &gpu_tiny();
 const weft::Model &partial_tiny();
 

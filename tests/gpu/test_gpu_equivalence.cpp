@@ -1,5 +1,6 @@
 // The executor's operations with the model's layers and KV cache in GPU
-// memory (n_gpu_layers -1, and 1 of tiny's 2 layers), each conversation's
+// memory (n_gpu_layers -1, and 2: layer 1 and the output layer, the cache
+// split between the device and the CPU), each conversation's
 // logits compared with raw llama.cpp on the CPU alone within 8x the device's
 // measured noise floor (tests/gpu/gpu_reference.hpp).
 #include <gtest/gtest.h>
@@ -26,8 +27,8 @@ std::vector<weft::Token> cat(std::vector<weft::Token> a, const std::vector<weft:
 }
 
 // The conversation holds `history` and its logits are the CPU's for it.
-// `m` was loaded with n_gpu_layers -1 (gpu_tiny) or 1 (partial_tiny).
-int ngl_of(const weft::Model &m) { return &m == &weft_gpu::partial_tiny() ? 1 : -1; }
+// `m` was loaded with n_gpu_layers -1 (gpu_tiny) or 2 (partial_tiny).
+int ngl_of(const weft::Model &m) { return &m == &weft_gpu::partial_tiny() ? 2 : -1; }
 
 void expect_cpu_logits(const weft::Model &m, const weft::Conversation &c, const std::vector<weft::Token> &history,
                        const std::string &what) {
@@ -84,9 +85,9 @@ TEST(Gpu, DeviceAndFloor) {
   const auto &m = weft_gpu::gpu_tiny();
   ASSERT_FALSE(weft_gpu::device_name().empty());
   const auto all = weft_gpu::device_floor(m, -1);
-  const auto part = weft_gpu::device_floor(weft_gpu::partial_tiny(), 1);
+  const auto part = weft_gpu::device_floor(weft_gpu::partial_tiny(), 2);
   std::printf("gpu device: %s\n", weft_gpu::device_name().c_str());
-  std::printf("device floor, all layers: cross %.3g, batch %.3g; 1 layer: cross %.3g, batch %.3g (nmse)\n", all.cross,
+  std::printf("device floor, all layers: cross %.3g, batch %.3g; layer 1 and output: cross %.3g, batch %.3g (nmse)\n", all.cross,
               all.batch, part.cross, part.batch);
   RecordProperty("device", weft_gpu::device_name());
   RecordProperty("floor_cross", std::to_string(all.cross));
@@ -106,8 +107,7 @@ TEST(Gpu, PromptForkRewindAllLayers) {
 
 TEST(Gpu, PromptForkRewindPartialOffload) { prompt_fork_rewind(weft_gpu::partial_tiny(), 11); }
 
-TEST(Gpu, SaveLoadOneAndAll) {
-  const auto &m = weft_gpu::gpu_tiny();
+static void save_load(const weft::Model &m) {
   std::mt19937 rng(21);
   weft::Executor a(m, params());
   std::vector<weft::Conversation> convs;
@@ -147,6 +147,11 @@ TEST(Gpu, SaveLoadOneAndAll) {
   run_until_idle(c, &rng, 16);
   for (int i = 0; i < 3; ++i) expect_cpu_logits(m, back.at(convs[i].id()), hist[i], "save_all " + std::to_string(i));
 }
+
+TEST(Gpu, SaveLoadOneAndAllAllLayers) { save_load(weft_gpu::gpu_tiny()); }
+
+// The cache split over the CPU (layer 0) and the device (layer 1).
+TEST(Gpu, SaveLoadOneAndAllPartialOffload) { save_load(weft_gpu::partial_tiny()); }
 
 // Two slots, six conversations: parked to RAM, to disk, or dropped and
 // decoded again, each restored and continued.
