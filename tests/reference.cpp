@@ -54,6 +54,24 @@ double batch_noise_floor(const weft::Model &m) {
                                                     [&m] { return measure_noise_floor(m); });
 }
 
+double kernel_noise_floor(const weft::Model &m) {
+  static std::mutex mu;
+  static std::map<std::uint64_t, double> seen;
+  std::lock_guard lock(mu);
+  if (auto it = seen.find(m.fingerprint()); it != seen.end()) return it->second;
+  return seen[m.fingerprint()] =
+             cached_measurement("noise-floor.txt", fmt::format("{:016x};kernels", m.fingerprint()), [&m] {
+               double worst = 0;
+               std::mt19937 rng(77);
+               for (int i = 0; i < 8; ++i) {
+                 const auto t = random_tokens(rng, m, 4 + static_cast<int>(rng() % 120), true);
+                 const int chunk = 1 << (rng() % 7);  // 1..64
+                 worst = std::max(worst, nmse(reference_logits(m, t, chunk, 1024, 1), reference_logits(m, t, chunk, 1024, 0)));
+               }
+               return worst;
+             });
+}
+
 double measure_noise_floor(const weft::Model &m) {
   // Per model: a process may measure several (the quantised-weights test
   // does q8_0 and q4_0); one static would hand every later model the first one's.

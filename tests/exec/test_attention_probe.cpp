@@ -297,7 +297,9 @@ TEST(AttentionProbe, BothKernelsGiveTheSameLogits) {
   }
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     const auto alone = weft_test::reference_logits(m, prompts[i]);
-    EXPECT_LT(weft_test::nmse(logits[0][i], alone), weft_test::logits_tolerance(m)) << "flash, conversation " << i;
+    // The reference runs on the test preset's kernel (plain): the flash
+    // executor parts from it by the kernels' own difference.
+    EXPECT_LT(weft_test::nmse(logits[0][i], alone), weft_test::cross_kernel_tolerance(m)) << "flash, conversation " << i;
     EXPECT_LT(weft_test::nmse(logits[1][i], alone), weft_test::logits_tolerance(m)) << "plain, conversation " << i;
   }
 }
