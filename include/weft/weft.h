@@ -93,5 +93,6 @@
 #include "weft/c/projector.h"     // weft_projector_*, weft_conversation_prompt_image, images
 #include "weft/c/embedding.h"     // weft_executor_embed, weft_embedding_*, weft_cosine_similarity
 #include "weft/c/memory.h"        // weft_memory_*: add, search, save/load; weft_conversation_set_memory, _compact
+#include "weft/c/speculative.h"   // weft_speculative_params, weft_drafter_name: drafts verified in the batch
 
 #endif  // WEFT_WEFT_H

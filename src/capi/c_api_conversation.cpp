@@ -140,14 +140,16 @@ weft_generate_params generate_defaults() {
   p.n_tools = 0;
   p.tool_choice = WEFT_TOOL_CHOICE_AUTO;
   p.tool_format = WEFT_TOOL_FORMAT_AUTO;
+  p.speculative = nullptr;
   return p;
 }
 
 // Before `ignore_eos` and `on_finish` were appended, before `logprobs` and
-// `top_logprobs`, before `tools`, before `tool_format`, and now.
+// `top_logprobs`, before `tools`, before `tool_format`, before `speculative`, and now.
 const std::initializer_list<std::size_t> kGenerateParamsSizes = {
     offsetof(weft_generate_params, ignore_eos), offsetof(weft_generate_params, logprobs),
-    offsetof(weft_generate_params, tools), offsetof(weft_generate_params, tool_format), sizeof(weft_generate_params)};
+    offsetof(weft_generate_params, tools),      offsetof(weft_generate_params, tool_format),
+    offsetof(weft_generate_params, speculative), sizeof(weft_generate_params)};
 
 }  // namespace
 }  // namespace weft::capi
@@ -344,6 +346,7 @@ weft_status weft_conversation_generate(weft_conversation *conversation, const we
     gp.tool_choice = p.tool_choice == WEFT_TOOL_CHOICE_REQUIRED ? weft::ToolChoice::required : weft::ToolChoice::automatic;
     gp.tool_format = to_tool_format(p.tool_format, "weft_generate_params.tool_format");
     if (p.sampler != nullptr) gp.sampler = to_sampler(p.sampler);
+    if (p.speculative != nullptr) gp.speculative = speculative_from_c(p.speculative, "weft_generate_params.speculative");
     if (p.n_stop > 0) need(p.stop, "weft_generate_params.stop");
     for (std::size_t i = 0; i < p.n_stop; ++i) {
       const std::string name = fmt::format("weft_generate_params.stop[{}]", i);

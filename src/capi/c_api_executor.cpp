@@ -27,6 +27,7 @@ const std::initializer_list<std::size_t> kExecutorParamsSizes = {offsetof(weft_e
                                                                   offsetof(weft_executor_params, image_encoding),
                                                                   offsetof(weft_executor_params, tuning_cache_dir),
                                                                   offsetof(weft_executor_params, embedder),
+                                                                  offsetof(weft_executor_params, speculative),
                                                                   sizeof(weft_executor_params)};
 
 weft_executor_params executor_defaults() {
@@ -56,6 +57,7 @@ weft_executor_params executor_defaults() {
   p.image_encoding = static_cast<int32_t>(d.image_encoding);
   p.tuning_cache_dir = nullptr;
   embedder_defaults(p);
+  p.speculative = nullptr;
   return p;
 }
 
@@ -68,8 +70,9 @@ weft_step_budget budget_defaults() {
   return b;
 }
 
-// Before the embedding counts were appended, and now.
+// Before the embedding counts were appended, before the draft counts, and now.
 const std::initializer_list<std::size_t> kStepResultSizes = {offsetof(weft_step_result, tokens_embedded),
+                                                             offsetof(weft_step_result, tokens_drafted),
                                                              sizeof(weft_step_result)};
 
 // Before `on_step` and its user data were appended, and now.
@@ -91,6 +94,8 @@ weft_step_result step_result_to_c(const weft::StepResult &r) {
   c.deadline_hit = r.deadline_hit ? 1 : 0;
   c.tokens_embedded = r.tokens_embedded;
   c.texts_embedded = r.texts_embedded;
+  c.tokens_drafted = r.tokens_drafted;
+  c.drafts_accepted = r.drafts_accepted;
   return c;
 }
 
@@ -191,6 +196,7 @@ weft_status weft_executor_create(const weft_model *model, const weft_executor_pa
     ep.image_encoding = static_cast<weft::ImageEncoding>(enum_field(
         p.image_encoding, WEFT_IMAGE_ENCODING_CALLER, "weft_executor_params.image_encoding", "weft_image_encoding"));
     embedder_from_c(p, ep);
+    if (p.speculative != nullptr) ep.speculative = speculative_from_c(p.speculative, "weft_executor_params.speculative");
     std::shared_ptr<UserData> ud;
     if (p.on_pressure != nullptr) {
       ud = std::make_shared<UserData>(p.pressure_user_data, p.pressure_user_data_free);
@@ -291,8 +297,11 @@ weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor
     c.embed_decodes = s.embed_decodes;
     c.embed_ms = s.embed_ms;
     c.embed_pending = s.embed_pending;
+    c.tokens_drafted = s.tokens_drafted;
+    c.drafts_accepted = s.drafts_accepted;
     write_struct(out, "weft_executor_stats", c,
-                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, texts_embedded),
+                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, tokens_drafted),
+                  offsetof(weft_executor_stats, texts_embedded),
                   offsetof(weft_executor_stats, redecodes),
                   offsetof(weft_executor_stats, flash_attn_probe_ms),
                   offsetof(weft_executor_stats, images_pending),

@@ -209,6 +209,10 @@ inline std::span<const std::uint8_t> bytes_arg(const std::uint8_t *data, std::si
 void embedder_defaults(weft_executor_params &p);
 void embedder_from_c(const weft_executor_params &p, weft::ExecutorParams &out);
 
+// A weft_speculative_params as weft::SpeculativeParams (c_api_speculative.cpp),
+// checked, `field` naming it in errors.
+weft::SpeculativeParams speculative_from_c(const weft_speculative_params *in, const char *field);
+
 // Tools in (c_api_tools.cpp): a weft_tool array as weft::Tool (`field` names
 // it in errors), a weft_tool_format as weft::ToolFormat (refused by name).
 std::vector<weft::Tool> to_tools(const weft_tool *tools, std::size_t n, const char *field);

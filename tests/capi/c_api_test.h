@@ -168,5 +168,7 @@ void test_memory_search(void);
 void test_memory_embed(void);
 void test_memory_conversation(void);
 void test_compact(void);
+/* c_api_test_speculative.c */
+void test_speculative(void);
 
 #endif /* WEFT_C_API_TEST_H */

@@ -7,6 +7,7 @@
 
 #include "weft/c/common.h"
 #include "weft/c/errors.h"
+#include "weft/c/speculative.h"
 
 WEFT_BEGIN_DECL
 
@@ -132,6 +133,11 @@ typedef struct weft_executor_params {
   // Scale each vector to unit length (L2), so that a dot product is the
   // cosine similarity. Default 1
   weft_bool embed_normalize;
+  // Added with speculative decoding (a struct_size without it reads as
+  // NULL; weft/c/speculative.h). What generations draft when their
+  // weft_generate_params.speculative is NULL; read by weft_executor_create,
+  // not kept. NULL = no drafter. Default NULL
+  const weft_speculative_params *speculative;
 } weft_executor_params;
 
 WEFT_C_API weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size);
@@ -180,6 +186,10 @@ typedef struct weft_step_result {
   // these; weft/c/embedding.h).
   uint32_t tokens_embedded;  // tokens decoded for weft_executor_embed (not in tokens_decoded)
   uint32_t texts_embedded;   // texts whose vectors this step made
+  // Added with speculative decoding (a smaller struct_size gets the fields
+  // before these; weft/c/speculative.h).
+  uint32_t tokens_drafted;   // draft tokens verified (in tokens_decoded)
+  uint32_t drafts_accepted;  // of those, kept (in tokens_sampled)
 } weft_step_result;
 
 // One scheduling round: sample for generations, decode one batch within the
@@ -283,6 +293,11 @@ typedef struct weft_executor_stats {
   uint64_t embed_decodes;
   double embed_ms;
   uint32_t embed_pending;
+  // Added with speculative decoding (a smaller struct_size gets the fields
+  // before these; weft/c/speculative.h): draft tokens verified (counted in
+  // tokens_decoded) and of those kept (counted in tokens_sampled).
+  uint64_t tokens_drafted;
+  uint64_t drafts_accepted;
 } weft_executor_stats;
 
 // Keeps `tokens` (n_tokens ids) decoded in the cache for prefix reuse until

@@ -8,6 +8,7 @@
 #include "weft/c/common.h"
 #include "weft/c/conversation.h"
 #include "weft/c/errors.h"
+#include "weft/c/speculative.h"
 
 WEFT_BEGIN_DECL
 
@@ -88,10 +89,15 @@ typedef struct weft_generate_params {
   int32_t tool_choice;
   // The call's format, a weft_tool_format. Default WEFT_TOOL_FORMAT_AUTO.
   int32_t tool_format;
+  // Speculative decoding for this generation (weft/c/speculative.h; read
+  // when the generation starts, not kept). Default NULL: the executor's
+  // (weft_executor_params.speculative).
+  const weft_speculative_params *speculative;
   // Appended: a struct_size that ends before ignore_eos means 0 and NULL;
   // one that ends before logprobs means 0 for logprobs and top_logprobs;
   // one that ends before tools means no tools; one that ends before
-  // tool_format means WEFT_TOOL_FORMAT_AUTO.
+  // tool_format means WEFT_TOOL_FORMAT_AUTO; one that ends before
+  // speculative means NULL.
 } weft_generate_params;
 
 // A token and its log-probability (natural log; -INFINITY for a token the
@@ -160,6 +166,11 @@ WEFT_C_API weft_status weft_tool_call_text(const char *name, const char *argumen
 // format's templates write it, NUL-terminated (as weft_tools_prompt).
 WEFT_C_API weft_status weft_tool_result_prompt(const char *result, int32_t format, char *buf, size_t capacity,
                                                size_t *out_len);
+// Speculative decoding so far (GenerationResult::drafted, ::accepted):
+// draft tokens the steps verified for this generation, and of those the
+// ones kept (each a decode fewer than without drafts). Either may be NULL.
+WEFT_C_API weft_status weft_generation_drafts(const weft_generation *generation, uint32_t *out_drafted,
+                                              uint32_t *out_accepted);
 // Waits until done or `timeout_ms` passes; *out_done says which. Someone
 // must be stepping the executor meanwhile.
 WEFT_C_API weft_status weft_generation_wait(const weft_generation *generation, uint32_t timeout_ms,
