@@ -222,6 +222,10 @@ namespace Weft
         public Tool[] Tools;
         public ToolChoice ToolChoice = ToolChoice.Automatic;
         public ToolFormat ToolFormat = ToolFormat.Automatic;
+        // Speculative decoding for this generation (Weft.Speculative.cs);
+        // null = the executor's (ExecutorParams.Speculative). Drafter.None
+        // opts out of the executor's.
+        public SpeculativeParams Speculative;
         // Once, when the generation ends, with its reason: on the stepping
         // thread after its last OnToken (at the end of that step, or of the
         // next one when Cancel, a rewind or a dispose on another thread ended
@@ -380,6 +384,7 @@ namespace Weft
                 }
                 n.tool_choice = (int)p.ToolChoice;
                 n.tool_format = (int)p.ToolFormat;
+                if (p.Speculative != null) n.speculative = mem.Struct(p.Speculative.ToNative());
                 if (p.Stop != null && p.Stop.Length > 0)
                 {
                     var ptrs = new IntPtr[p.Stop.Length];

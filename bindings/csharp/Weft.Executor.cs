@@ -51,6 +51,9 @@ namespace Weft
         // Text embeddings (Executor.Embed, Weft.Embedding.cs): null (the
         // default) = none, and Embed throws Status.InvalidArgument.
         public EmbedderParams Embedder;
+        // Speculative decoding for generations whose GenerateParams.Speculative
+        // is null (Weft.Speculative.cs). null (the default) = no drafter.
+        public SpeculativeParams Speculative;
 
         public ExecutorParams()
         {
@@ -115,6 +118,9 @@ namespace Weft
         // Tokens decoded for Executor.Embed (not in TokensDecoded), and the
         // texts whose vectors this step made.
         public int TokensEmbedded, TextsEmbedded;
+        // Speculative decoding: draft tokens verified (in TokensDecoded), and
+        // of those kept (in TokensSampled).
+        public int TokensDrafted, DraftsAccepted;
     }
 
     public struct ExecutorStats
@@ -157,6 +163,9 @@ namespace Weft
         public long TextsEmbedded, EmbedTokens, EmbedDecodes;
         public double EmbedMs;
         public int EmbedPending;
+        // Speculative decoding: draft tokens verified (counted in
+        // TokensDecoded), and of those kept (counted in TokensSampled).
+        public long TokensDrafted, DraftsAccepted;
     }
 
     public sealed class WorkerParams
@@ -228,6 +237,7 @@ namespace Weft
                         n.projector = p.Projector.Handle.DangerousGetHandle();
                     }
                     if (p.Embedder != null) p.Embedder.Apply(ref n, ref embedderRef);
+                    if (p.Speculative != null) n.speculative = mem.Struct(p.Speculative.ToNative());
                     status = Native.weft_executor_create(model.Handle, ref n, out h);
                 }
                 finally
@@ -266,6 +276,7 @@ namespace Weft
                 Blocked = (int)r.blocked, Seconds = r.seconds, DecodeSeconds = r.decode_seconds,
                 Idle = r.idle != 0, DeadlineHit = r.deadline_hit != 0,
                 TokensEmbedded = (int)r.tokens_embedded, TextsEmbedded = (int)r.texts_embedded,
+                TokensDrafted = (int)r.tokens_drafted, DraftsAccepted = (int)r.drafts_accepted,
             };
         }
 
@@ -377,6 +388,7 @@ namespace Weft
                     Redecodes = (long)s.redecodes, RedecodeTokens = (long)s.redecode_tokens,
                     TextsEmbedded = (long)s.texts_embedded, EmbedTokens = (long)s.embed_tokens,
                     EmbedDecodes = (long)s.embed_decodes, EmbedMs = s.embed_ms, EmbedPending = (int)s.embed_pending,
+                    TokensDrafted = (long)s.tokens_drafted, DraftsAccepted = (long)s.drafts_accepted,
                 };
             }
         }

@@ -75,6 +75,18 @@ namespace Weft
             get { UIntPtr n; Native.Check(Native.weft_generation_n_tokens(Handle, out n)); return Native.Int(n); }
         }
 
+        // Speculative decoding so far: draft tokens the steps verified for
+        // this generation, and of those the ones kept.
+        public int Drafted
+        {
+            get { uint d, a; Native.Check(Native.weft_generation_drafts(Handle, out d, out a)); return (int)d; }
+        }
+
+        public int Accepted
+        {
+            get { uint d, a; Native.Check(Native.weft_generation_drafts(Handle, out d, out a)); return (int)a; }
+        }
+
         // The text released so far; complete once done.
         public string Text
         {

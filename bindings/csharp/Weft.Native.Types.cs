@@ -183,6 +183,7 @@ namespace Weft
         public IntPtr embedding_model;
         public uint embed_n_ctx, embed_n_seq_max;
         public int embed_normalize;
+        public IntPtr speculative;  // weft_speculative_params*, appended after embed_normalize
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -201,6 +202,7 @@ namespace Weft
         public uint tokens_decoded, conversations, tokens_sampled, decode_calls, failed, blocked;
         public int idle, deadline_hit;
         public uint tokens_embedded, texts_embedded;  // appended after deadline_hit
+        public uint tokens_drafted, drafts_accepted;  // appended after texts_embedded
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -229,6 +231,7 @@ namespace Weft
         public ulong texts_embedded, embed_tokens, embed_decodes;  // appended after redecode_tokens
         public double embed_ms;
         public uint embed_pending;
+        public ulong tokens_drafted, drafts_accepted;  // appended after embed_pending
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -305,6 +308,7 @@ namespace Weft
         public UIntPtr n_tools;
         public int tool_choice;
         public int tool_format;  // appended after tool_choice
+        public IntPtr speculative;  // weft_speculative_params*, appended after tool_format
     }
 
     // weft_tool.

@@ -154,6 +154,9 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_generation_tokens(GenerationHandle g, int[] tokens, UIntPtr capacity, out UIntPtr n);
         [DllImport(Lib)] public static extern Status weft_generation_logprob(GenerationHandle g, UIntPtr index, out TokenLogprobNative record, [Out] TokenLogprobNative[] top, UIntPtr capacity, out UIntPtr n);
         [DllImport(Lib)] public static extern Status weft_generation_tool_call(GenerationHandle g, out int has, byte[] name, UIntPtr nameCapacity, out UIntPtr nameLen, byte[] arguments, UIntPtr argumentsCapacity, out UIntPtr argumentsLen);
+        [DllImport(Lib)] public static extern Status weft_generation_drafts(GenerationHandle g, out uint drafted, out uint accepted);
+        [DllImport(Lib)] public static extern IntPtr weft_drafter_name(int drafter);
+        [DllImport(Lib)] public static extern Status weft_speculative_params_init(ref SpeculativeParamsNative p, UIntPtr size);
         [DllImport(Lib)] public static extern Status weft_tools_prompt(IntPtr tools, UIntPtr n, byte[] buf, UIntPtr capacity, out UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_tools_prompt_format(IntPtr tools, UIntPtr n, int format, byte[] buf, UIntPtr capacity, out UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_tool_call_text(byte[] name, byte[] arguments, int format, byte[] buf, UIntPtr capacity, out UIntPtr len);

@@ -36,6 +36,7 @@ namespace Weft.Samples
                 Tuple.Create<string, Action<string>>("actions", ActionsSample.Run),
                 Tuple.Create<string, Action<string>>("embeddings", EmbeddingSample.Run),
                 Tuple.Create<string, Action<string>>("memory", MemorySample.Run),
+                Tuple.Create<string, Action<string>>("speculative", SpeculativeSample.Run),
             };
             int ran = 0;
             foreach (var s in samples)
