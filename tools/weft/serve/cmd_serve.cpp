@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <memory>
 
 #include <pthread.h>
@@ -61,6 +62,20 @@ void add_serve(CLI::App &app) {
   cmd->add_option("-t,--threads", o->threads, "Decode threads (0: all)")->capture_default_str();
   add_flash_attn_option(*cmd, o->flash_attn);
   add_cache_type_option(*cmd, o->cache_type);
+  cmd->add_option("--speculative", o->speculative,
+                  "Speculative decoding for every request (one opts out with \"speculative\": false): none, or "
+                  "lookup (drafts copied from the conversation's own tokens, verified in the step's decode; the "
+                  "same tokens as without)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, weft::Drafter>{{"none", weft::Drafter::none},
+                                                                               {"lookup", weft::Drafter::lookup}},
+                                          CLI::ignore_case))
+      ->default_str("none");
+  cmd->add_option("--draft-max", o->draft_max, "Most draft tokens one step verifies per conversation (--speculative)")
+      ->check(CLI::Range(1u, weft::SpeculativeParams::kMaxDraft))
+      ->capture_default_str();
+  cmd->add_flag("--draft-always", o->draft_always,
+                "Verify every draft token the step's budget and cells allow, not only as many as the cost model "
+                "predicts to raise tokens per second (on a CPU it often declines them)");
   cmd->add_option("--spill-ram-mb", o->spill_ram_mb, "RAM for parked conversations' KV data")->capture_default_str();
   cmd->add_option("--spill-dir", o->spill_dir, "Directory for parked KV data once RAM is full (default: none)");
   cmd->add_option("--chat-template", o->chat_template,
@@ -160,6 +175,10 @@ void add_serve(CLI::App &app) {
     fmt::print("weft serve: model {} ({}), {} KV cells, {} slots\n", c.model_name, c.model.description(), c.n_ctx(),
                o->parallel);
     fmt::print("weft serve: {}\n", describe_attention(c.ex->stats()));
+    if (o->speculative != weft::Drafter::none) {
+      fmt::print("weft serve: speculative decoding {}, at most {} draft tokens a step ({})\n",
+                 weft::drafter_name(o->speculative), o->draft_max, o->draft_always ? "always" : "adaptive");
+    }
     if (c.projector)
       fmt::print("weft serve: projector {} ({}{}{})\n", o->mmproj, c.projector.vision() ? "images" : "",
                  c.projector.vision() && c.projector.audio() ? ", " : "",

@@ -32,6 +32,9 @@ std::string prometheus_text(ServeContext &ctx) {
   o.one("weft_steps_total", "counter", "Executor steps run", st.steps);
   o.one("weft_tokens_decoded_total", "counter", "Tokens decoded into the KV cache", st.tokens_decoded);
   o.one("weft_tokens_sampled_total", "counter", "Tokens sampled for generations", st.tokens_sampled);
+  o.one("weft_tokens_drafted_total", "counter", "Draft tokens verified (speculative decoding; in tokens decoded)",
+        st.tokens_drafted);
+  o.one("weft_drafts_accepted_total", "counter", "Draft tokens kept (in tokens sampled)", st.drafts_accepted);
   o.one("weft_decode_failures_total", "counter", "llama_decode failures", st.decode_failures);
   o.one("weft_queued_tokens", "gauge", "Tokens queued, not yet decoded", st.queued_tokens);
   o.one("weft_conversations", "gauge", "Live conversations", st.conversations);
@@ -182,6 +185,8 @@ void add_metrics_routes(httplib::Server &svr, ServeContext &ctx) {
                                 {"steps", st.steps},
                                 {"tokens_decoded", st.tokens_decoded},
                                 {"tokens_sampled", st.tokens_sampled},
+                                {"tokens_drafted", st.tokens_drafted},
+                                {"drafts_accepted", st.drafts_accepted},
                                 {"step_ms_p50", st.step_ms_p50},
                                 {"step_ms_p99", st.step_ms_p99},
                                 {"residency", {{"resident", st.resident}, {"ram", st.parked_ram},

@@ -244,6 +244,9 @@ GenerationRequest parse_generation(const Json &body, std::uint32_t max_tokens_li
     out.continuous_usage = boolean(*so, "continuous_usage_stats", false);
   }
   out.ignore_eos = boolean(body, "ignore_eos", false);
+  // weft's own: false opts this request out of --speculative (the tokens
+  // are the same either way; drafts only change how fast they come).
+  if (!boolean(body, "speculative", true)) out.params.speculative = weft::SpeculativeParams{};
   read_logprobs(body, out.params);
   return out;
 }

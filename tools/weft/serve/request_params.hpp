@@ -28,7 +28,7 @@ struct GenerationRequest {
 
 // Reads max_tokens (or max_completion_tokens), temperature, top_p, seed,
 // stop, n (only 1), frequency_penalty, presence_penalty, response_format, logit_bias,
-// stream, stream_options, ignore_eos, llama-server's top_k, min_p,
+// stream, stream_options, ignore_eos, speculative (weft's: false opts out of --speculative), llama-server's top_k, min_p,
 // repeat_penalty, repeat_last_n, typical_p, xtc_*, dry_* and mirostat*, and logprobs (chat: a boolean with
 // top_logprobs in [0, 20]; completions: an integer in [0, 20]). `max_tokens_limit` is the server's cap;
 // `room` the context left after the prompt (the default max_tokens).

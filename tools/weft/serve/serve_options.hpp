@@ -24,6 +24,11 @@ struct ServeOptions {
   int threads = 0;                // decode threads; 0 = all
   weft::FlashAttention flash_attn = weft::FlashAttention::automatic;  // --flash-attn
   weft::KvType cache_type = weft::KvType::f16;                        // --cache-type
+  // Speculative decoding, the default of every request (a request opts out
+  // with "speculative": false): --speculative none|lookup, --draft-max.
+  weft::Drafter speculative = weft::Drafter::none;
+  std::uint32_t draft_max = weft::SpeculativeParams{}.max_draft;
+  bool draft_always = false;  // --draft-always: SpeculativeParams::adaptive = false
   std::uint64_t spill_ram_mb = 1024;
   std::string spill_dir;          // empty: no disk tier
   std::string chat_template;      // empty: the model's own, else chatml

@@ -242,6 +242,9 @@ ServeApp::ServeApp(ServeOptions opt) {
   ep.n_threads = c.opt.threads;
   ep.flash_attn = c.opt.flash_attn;
   ep.kv_type = c.opt.cache_type;
+  ep.speculative.drafter = c.opt.speculative;
+  ep.speculative.max_draft = c.opt.draft_max;
+  ep.speculative.adaptive = !c.opt.draft_always;
   ep.spill.ram_bytes = c.opt.spill_ram_mb << 20;
   ep.spill.disk_dir = c.opt.spill_dir;
   if (!c.opt.mmproj.empty()) c.projector = weft::Projector::load(c.model, {.path = c.opt.mmproj});
