@@ -9,7 +9,7 @@ using System.Text;
 
 namespace Weft
 {
-    internal static class Native
+    internal static partial class Native
     {
         // Apple's mobile players and WebGL link native code into the player.
 #if (UNITY_IOS || UNITY_TVOS || UNITY_VISIONOS || UNITY_WEBGL) && !UNITY_EDITOR

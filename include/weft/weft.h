@@ -7,7 +7,8 @@
 // log.h, model.h, adapter.h (LoRA adapters and control vectors per
 // conversation), executor.h (create, step, stats, worker), events.h,
 // conversation.h, generation.h, state.h (save/load, save_async, parking),
-// projector.h (images), embedding.h (text embeddings).
+// projector.h (images), embedding.h (text embeddings), fit.h (n_gpu_layers
+// and n_ctx for a memory budget).
 //
 // It wraps the C++ API (weft/weft.hpp); the contracts of each operation are
 // the C++ ones (docs/EXECUTOR.md). The rules below are the C side's, for
@@ -93,6 +94,7 @@
 #include "weft/c/projector.h"     // weft_projector_*, weft_conversation_prompt_image, images
 #include "weft/c/embedding.h"     // weft_executor_embed, weft_embedding_*, weft_cosine_similarity
 #include "weft/c/memory.h"        // weft_memory_*: add, search, save/load; weft_conversation_set_memory, _compact
+#include "weft/c/fit.h"           // weft_fit_choose: n_gpu_layers and n_ctx for a memory budget
 #include "weft/c/speculative.h"   // weft_speculative_params, weft_drafter_name: drafts verified in the batch
 
 #endif  // WEFT_WEFT_H

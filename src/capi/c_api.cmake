@@ -6,7 +6,7 @@
 
 add_library(weft_shared SHARED capi/c_api.cpp capi/c_api_executor.cpp capi/c_api_conversation.cpp capi/c_api_state.cpp
   capi/c_api_adapter.cpp capi/c_api_projector.cpp capi/c_api_tools.cpp capi/c_api_embedding.cpp capi/c_api_memory.cpp
-  capi/c_api_speculative.cpp)
+  capi/c_api_fit.cpp capi/c_api_speculative.cpp)
 # Debian's fmt is a shared library only; its compiled part goes inside too.
 get_target_property(_weft_fmt_type fmt::fmt TYPE)
 if(_weft_fmt_type STREQUAL "SHARED_LIBRARY")

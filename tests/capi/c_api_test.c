@@ -213,6 +213,7 @@ int main(int argc, char **argv) {
       {"memory_embed", test_memory_embed},
       {"memory_conversation", test_memory_conversation},
       {"compact", test_compact},
+      {"fit", test_fit},
       {"speculative", test_speculative},
   };
   size_t i;

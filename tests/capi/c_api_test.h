@@ -168,6 +168,8 @@ void test_memory_search(void);
 void test_memory_embed(void);
 void test_memory_conversation(void);
 void test_compact(void);
+/* c_api_test_fit.c */
+void test_fit(void);
 /* c_api_test_speculative.c */
 void test_speculative(void);
 

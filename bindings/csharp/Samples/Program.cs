@@ -37,6 +37,7 @@ namespace Weft.Samples
                 Tuple.Create<string, Action<string>>("embeddings", EmbeddingSample.Run),
                 Tuple.Create<string, Action<string>>("memory", MemorySample.Run),
                 Tuple.Create<string, Action<string>>("speculative", SpeculativeSample.Run),
+                Tuple.Create<string, Action<string>>("memory_fit", MemoryFitSample.Run),
             };
             int ran = 0;
             foreach (var s in samples)
