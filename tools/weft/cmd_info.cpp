@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "attention_cli.hpp"
 #include "commands.hpp"
@@ -47,6 +48,21 @@ std::string describe_memory(const weft::Model &m) {
   return "?";
 }
 
+std::string describe_use(const weft::MemoryUse &u) {
+  return fmt::format("{} bytes (weights {}, KV {}, compute {}{})", u.total(), u.weights, u.kv, u.compute,
+                     u.spill > 0 ? fmt::format(", spill RAM tier {}", u.spill) : std::string());
+}
+
+void print_fit(const weft::MemoryFit &f, std::uint64_t device, std::uint64_t host) {
+  fmt::print("fit         n_gpu_layers {}, n_ctx {} ({} of {} layers, the output layer counted, on {}; {} "
+             "configurations tried)\n",
+             f.model.n_gpu_layers, f.executor.n_ctx, f.layers_on_device, f.n_layer + 1,
+             f.device.empty() ? "the GPU" : f.device, f.configurations_tried);
+  fmt::print("fit device  {} of {}\n", describe_use(f.device_use), device);
+  fmt::print("fit host    {} of {}\n", describe_use(f.host_use),
+             host == UINT64_MAX ? std::string("no limit") : std::to_string(host));
+}
+
 }  // namespace
 }  // namespace info_cmd
 
@@ -59,6 +75,8 @@ void add_info(CLI::App &app) {
     int threads = 0;
     weft::FlashAttention flash_attn = weft::FlashAttention::automatic;
     bool no_executor = false;
+    std::optional<std::uint64_t> fit;
+    std::uint64_t fit_host = UINT64_MAX;
   };
   auto o = std::make_shared<Opts>();
   auto *cmd = app.add_subcommand("info", "Load a model, print its metadata and a tokenizer round trip");
@@ -74,10 +92,25 @@ void add_info(CLI::App &app) {
   cmd->add_option("-t,--threads", o->threads, "Its CPU threads (0 = all)")->check(CLI::Range(0, 1024))->capture_default_str();
   add_flash_attn_option(*cmd, o->flash_attn);
   cmd->add_flag("--no-executor", o->no_executor, "Only the model: make no executor (and run no attention probe)");
+  cmd->add_option("--fit", o->fit,
+                  "GPU bytes left for the model: choose n_gpu_layers and n_ctx (at most --ctx) to fit them and "
+                  "--fit-host (weft::fit_memory), then load with that choice");
+  cmd->add_option("--fit-host", o->fit_host, "RAM bytes left for the model with --fit (default: no limit)");
   cmd->callback([o] {
+    int n_gpu_layers = 0;
+    std::optional<weft::MemoryFit> fit;
+    if (o->fit) {
+      weft::MemoryFitRequest r{.model_path = o->model, .budget = {*o->fit, o->fit_host}};
+      r.executor = {.n_ctx = o->ctx, .n_batch = std::max(o->parallel, std::min(512u, o->ctx)), .n_seq_max = o->parallel,
+                    .n_threads = o->threads, .flash_attn = o->flash_attn};
+      r.min_n_ctx = std::min(r.min_n_ctx, o->ctx);
+      fit = weft::fit_memory(r);
+      n_gpu_layers = fit->model.n_gpu_layers;
+      o->ctx = fit->executor.n_ctx;
+    }
     ProgressBar bar("loading");
     const auto t0 = std::chrono::steady_clock::now();
-    auto model = weft::Model::load({.path = o->model, .on_progress = [&bar](float f) {
+    auto model = weft::Model::load({.path = o->model, .n_gpu_layers = n_gpu_layers, .on_progress = [&bar](float f) {
                                       bar.update(f);
                                       return true;
                                     }, .rpc = o->rpc});
@@ -96,6 +129,7 @@ void add_info(CLI::App &app) {
     const auto tokens = model.tokenize(o->text, {.add_bos = true});
     fmt::print("tokenize    \"{}\" -> {}\n", o->text, tokens);
     fmt::print("detokenize  -> \"{}\"\n", model.detokenize(tokens, {.remove_special = true}));
+    if (fit) print_fit(*fit, *o->fit, o->fit_host);
     if (o->no_executor) return;
     // What an executor of this shape gets (automatic: measured once, then remembered).
     const auto t1 = std::chrono::steady_clock::now();
