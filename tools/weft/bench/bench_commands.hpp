@@ -17,5 +17,6 @@ void add_bench_overhead(CLI::App &bench);
 void add_bench_schema(CLI::App &bench);
 void add_bench_rewind(CLI::App &bench);
 void add_bench_embed(CLI::App &bench);
+void add_bench_speculative(CLI::App &bench);
 
 }  // namespace weft_cli

@@ -21,6 +21,7 @@ void add_bench(CLI::App &app) {
   add_bench_schema(*bench);
   add_bench_rewind(*bench);
   add_bench_embed(*bench);
+  add_bench_speculative(*bench);
 }
 
 }  // namespace weft_cli
