@@ -389,6 +389,8 @@ ExecutorStats Executor::stats() const {
   s.steps = c.stats.steps;
   s.tokens_decoded = c.stats.tokens_decoded;
   s.tokens_sampled = c.stats.tokens_sampled;
+  s.tokens_drafted = c.stats.tokens_drafted;
+  s.drafts_accepted = c.stats.drafts_accepted;
   s.decode_failures = c.stats.decode_failures;
   s.deadline_stops = c.stats.deadline_stops;
   s.worker_errors = c.worker.errors();

@@ -85,6 +85,23 @@ struct SampleJob {
   bool ended = false;
 };
 
+// Speculative decoding's plan (speculate.cpp): a draft position on offer,
+// with the chance it is kept (rate^j for the j-th draft token) and whether
+// it is offered whatever it costs (SpeculativeParams::adaptive false)...
+struct DraftOffer {
+  double value;
+  bool forced;
+  std::uint32_t cand;
+};
+// ...and a generating segment that may draft: its proposal in
+// StepPlan::drafts and how much of it is taken.
+struct DraftCandidate {
+  std::uint32_t seg;
+  std::uint32_t at;
+  std::uint32_t n;
+  std::uint32_t take = 0;
+};
+
 // The schedule stage's working buffers (schedule.cpp, groups.cpp,
 // media.cpp): read by no other stage, kept only so a steady-state step does
 // not allocate.
@@ -97,6 +114,8 @@ struct PlanningScratch {
   std::vector<const AdapterConfig *> groups;
   std::vector<std::size_t> group_index;  // replan: each candidate's group
   std::vector<PlanCandidate> group_candidates;  // replan: those of the groups kept
+  std::vector<DraftCandidate> draft_candidates;  // plan_drafts_locked's
+  std::vector<DraftOffer> draft_offers;
 };
 
 // The run stage's buffers (run.cpp, media.cpp, media_side.cpp).

@@ -14,25 +14,6 @@
 #include "sched/draft_lookup.hpp"
 
 namespace weft::detail {
-namespace {
-
-// One draft position on offer: its candidate and the chance it is kept.
-struct DraftOffer {
-  double value;   // chance it is kept: rate^j for the j-th draft token
-  bool forced;    // SpeculativeParams::adaptive false: offered whatever it costs
-  std::uint32_t cand;
-};
-
-// A generating segment that may draft, and what its drafter proposed.
-struct DraftCandidate {
-  std::uint32_t seg;
-  std::uint32_t at;  // its proposal in the scratch tokens
-  std::uint32_t n;   // proposed
-  std::uint32_t take = 0;
-};
-
-}  // namespace
-
 ExecutorCore::DraftRoom ExecutorCore::draft_room_locked(const StepBudget &budget, std::uint32_t token_budget,
                                                         std::uint32_t free_cells, std::optional<double> left,
                                                         double depth) const {
@@ -64,8 +45,10 @@ void ExecutorCore::plan_drafts_locked(StepPlan &plan, const DraftRoom &room) {
   for (const auto &s : plan.segments) planned += s.n;
   const std::uint32_t most = std::min(room.tokens, room.cells);
   if (most == 0) return;
-  std::vector<DraftCandidate> cands;
-  std::vector<DraftOffer> offers;
+  auto &cands = scratch.planning.draft_candidates;  // reused: no allocation in a steady state
+  auto &offers = scratch.planning.draft_offers;
+  cands.clear();
+  offers.clear();
   for (std::uint32_t i = 0; i < plan.segments.size(); ++i) {
     Segment &s = plan.segments[i];
     Conv &c = *s.conv;

@@ -244,6 +244,7 @@ TEST(NoWait, CallsReturnWhileAStepSamples) {
 // of operations and steps happens, the cache ends exact and every
 // conversation's logits equal a fresh decode of its tokens.
 void random_operations_against_a_worker(const weft::Model &m, std::uint32_t seeds) {
+  std::uint64_t drafted = 0;
   for (std::uint32_t seed = 1; seed <= seeds; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937 rng(seed);
@@ -264,7 +265,19 @@ void random_operations_against_a_worker(const weft::Model &m, std::uint32_t seed
       try {
         switch (rng() % 9) {
           case 0: c.prompt(random_tokens(rng, m, 1 + static_cast<int>(rng() % 12))); break;
-          case 1: (void)c.generate({.max_tokens = 1 + static_cast<std::uint32_t>(rng() % 6)}); break;
+          case 1: {
+            weft::GenerateParams g{.max_tokens = 1 + static_cast<std::uint32_t>(rng() % 12)};
+            if (rng() % 2 == 0) {
+              // Drafts verified while game threads act (a small alphabet:
+              // replies repeat, so lookup drafts).
+              g.max_tokens += 12;
+              g.speculative = weft::SpeculativeParams{.drafter = weft::Drafter::lookup, .ngram_min = 1, .adaptive = false};
+              g.sampler = weft::SamplerParams{};
+              for (weft::Token t : {300, 301, 302}) g.sampler->logit_bias.push_back({t, 30.0f});
+            }
+            (void)c.generate(g);
+            break;
+          }
           case 2: if (auto g = c.generation()) g->cancel(); break;
           case 3: convs.push_back(c.fork()); break;
           case 4: c.rewind(static_cast<std::uint32_t>(rng() % (c.n_tokens() + 1))); break;
@@ -295,6 +308,13 @@ void random_operations_against_a_worker(const weft::Model &m, std::uint32_t seed
       EXPECT_EQ(c.n_queued(), 0u);
       expect_logits_fresh(c, m);
     }
+    drafted += ex.stats().tokens_drafted;
+  }
+  // Only plain attention drafts (docs/EXECUTOR.md, "Speculative decoding").
+  if (m.memory() == weft::Model::Memory::plain) {
+    EXPECT_GT(drafted, 0u);
+  } else {
+    EXPECT_EQ(drafted, 0u);
   }
 }
 
