@@ -34,7 +34,7 @@ TEST(BenchSpeculative, RunsOnTinyAndPrintsItsTable) {
   }
   if (server) {
     EXPECT_NE(r.output.find("llama-server spec"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("--spec-type ngram-simple --draft-max 8"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--spec-type ngram-simple --spec-ngram-simple-size-m 8"), std::string::npos) << r.output;
   }
   std::ifstream in(out);
   const auto j = nlohmann::json::parse(in);

@@ -56,7 +56,13 @@ ServerEngine::ServerEngine(const Opts &o, const std::string &model_path, unsigne
   impl_->spec_type = o.spec_type;
   impl_->log = fmt::format("/tmp/weft-bench-speculative-{}-{}.log", ::getpid(), spec ? "spec" : "plain");
   std::vector<std::string> extra;
-  if (spec) extra = {"--spec-type", o.spec_type, "--draft-max", std::to_string(o.draft_max)};
+  // This pin removed --draft-max: ngram-simple drafts size-m tokens; the
+  // other types take --spec-draft-n-max.
+  if (spec) {
+    extra = {"--spec-type", o.spec_type,
+             o.spec_type == "ngram-simple" ? "--spec-ngram-simple-size-m" : "--spec-draft-n-max",
+             std::to_string(o.draft_max)};
+  }
   try {
     impl_->server = std::make_unique<bench::ServerProcess>(
         bench::ServerOptions{.binary = o.server.empty() ? std::string(bench::default_llama_server()) : o.server,

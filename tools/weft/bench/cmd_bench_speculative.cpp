@@ -12,6 +12,7 @@
 // it: the decode time of 1 vs 2..--floor-max tokens of one sequence (weft's
 // own verification decodes, logits at every position).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -240,8 +241,11 @@ void run(const Opts &o) {
                opt.threads, o.reps, load_before, bench::load_average_1min());
     fmt::print("weft: {}; ctx {}, batch {}, {} sequences\n", describe_attention(st), ctx, opt.batch, most);
     if (with_server) {
-      fmt::print("llama-server: -fa {} ({}); -c {} -b {} -ub {} -np {} -kvu; spec: --spec-type {} --draft-max {}\n",
-                 server_fa, plain->attention(), ctx, opt.batch, opt.batch, most, o.spec_type, o.draft_max);
+      const auto argv = spec->settings().at("argv").get<std::vector<std::string>>();
+      const auto from = std::find(argv.begin(), argv.end(), std::string("--spec-type"));
+      fmt::print("llama-server: -fa {} ({}); -c {} -b {} -ub {} -np {} -kvu -t {}; spec: {}\n", server_fa,
+                 plain->attention(), ctx, opt.batch, opt.batch, most, opt.threads,
+                 fmt::join(std::vector<std::string>(from, argv.end()), " "));
     }
     fmt::print("\n| {:>5} | {:<18} | {:>12} | {:>11} | {:>8} | {:>10} | {:>10} |\n", "convs", "engine",
                "reply end s", "tok/s/conv", "vs none", "drafts/rep", "accepted");
