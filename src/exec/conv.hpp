@@ -55,6 +55,15 @@ struct GenState {
   double spec_kept = 0, spec_tested = 0;
   // The chance that the next draft token is kept (1 kept of 2 tested before any).
   double spec_rate() const { return (spec_kept + 1) / (spec_tested + 2); }
+  // A proposal the plan did not draft (it did not pay at the rate then),
+  // checked against the tokens sampled after it: acceptance is learned
+  // without drafting, so a rate that starts low can rise (speculate.cpp).
+  std::vector<Token> shadow;
+  std::uint32_t shadow_at = 0;  // its tokens matched so far
+  void learn_spec(double kept, double tested) {
+    spec_kept = spec_kept * 0.9 + kept;
+    spec_tested = spec_tested * 0.9 + tested;
+  }
 };
 
 // KV work an operation asked for, done at the next step boundary.

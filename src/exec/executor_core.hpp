@@ -412,6 +412,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   StepResult step(const StepBudget &budget);
 };
 
+// A token g sampled without drafts: checks it against g's shadow proposal
+// (GenState::shadow) and learns the acceptance it would have had.
+void follow_shadow(GenState &g, Token token);
+
 // Throws Errc::invalid_argument for a StepBudget outside its documented
 // ranges; shared by step() and start() so a worker never starts with a
 // budget every step would refuse. Returns it normalised (max_tokens = 0

@@ -38,6 +38,7 @@ ExecutorCore::DraftRoom ExecutorCore::draft_room_locked(const StepBudget &budget
 }
 
 void ExecutorCore::plan_drafts_locked(StepPlan &plan, const DraftRoom &room) {
+  constexpr std::uint64_t kExplore = 16;
   // A recurrent state cannot drop a rejected draft; a window's cells may be
   // reused by the drafts' positions and are not there to go back to.
   if (plan.segments.empty() || !kv->family().plain()) return;
@@ -99,25 +100,45 @@ void ExecutorCore::plan_drafts_locked(StepPlan &plan, const DraftRoom &room) {
     if (room.seconds && d > 0 && t * cost.margin(planned + d) + sample_s * kept > *room.seconds) return -1.0;
     return (planned + kept) / std::max(1e-9, t + sample_s * kept);
   };
-  std::uint32_t best = 0;
+  std::uint32_t best = 0, fits = 0;
   double best_rate = rate_of(0, 0), kept = 0;
   for (std::uint32_t d = 1; d <= cap; ++d) {
     kept += offers[d - 1].value;
     const double r = rate_of(d, kept);
     if (r < 0) break;  // more only costs more time
+    fits = d;
     if (d <= forced || r > best_rate) {
       best = d;
       best_rate = std::max(best_rate, r);
     }
   }
+  // The cost model knows only the batch sizes it has seen, and a size the
+  // plan never chooses it never sees: one step in kExplore offers all that
+  // fits, so a prediction too dear for a larger decode is corrected (a step
+  // at most that much slower where drafts truly do not pay).
+  if (best < fits && stats.steps % kExplore == 0) best = fits;
   if (best == 0) {
+    for (const DraftCandidate &cd : cands) {
+      GenState &g = *plan.segments[cd.seg].conv->gen;
+      if (!g.shadow.empty()) continue;
+      g.shadow.assign(plan.drafts.begin() + cd.at, plan.drafts.begin() + cd.at + cd.n);
+      g.shadow_at = 0;
+    }
     plan.drafts.clear();
     return;
   }
   for (std::uint32_t k = 0; k < best; ++k) ++cands[offers[k].cand].take;
-  // Compact the proposals to what was taken.
+  // Compact the proposals to what was taken; one not drafted at all is
+  // followed in the shadow (below).
   std::uint32_t out = 0;
   for (const DraftCandidate &cd : cands) {
+    GenState &g = *plan.segments[cd.seg].conv->gen;
+    if (cd.take > 0) {
+      g.shadow.clear();
+    } else if (g.shadow.empty()) {
+      g.shadow.assign(plan.drafts.begin() + cd.at, plan.drafts.begin() + cd.at + cd.n);
+      g.shadow_at = 0;
+    }
     if (cd.take == 0) continue;
     Segment &s = plan.segments[cd.seg];
     std::copy_n(plan.drafts.begin() + cd.at, cd.take, plan.drafts.begin() + out);
@@ -127,6 +148,18 @@ void ExecutorCore::plan_drafts_locked(StepPlan &plan, const DraftRoom &room) {
     out += cd.take;
   }
   plan.drafts.resize(out);
+}
+
+void follow_shadow(GenState &g, Token token) {
+  if (g.shadow.empty()) return;
+  // The proposal ends at its first miss (or its end): as a verification
+  // would have kept that much.
+  const bool hit = token == g.shadow[g.shadow_at];
+  if (hit) ++g.shadow_at;
+  if (!hit || g.shadow_at == g.shadow.size()) {
+    g.learn_spec(g.shadow_at, g.shadow_at + (hit ? 0 : 1));
+    g.shadow.clear();
+  }
 }
 
 void ExecutorCore::prepare_spec_job_locked(SampleJob &job, std::span<const Token> draft) {
@@ -224,8 +257,7 @@ void ExecutorCore::commit_spec_part(Segment &s, const Part &part, StepResult &re
       reason = emit_token_locked(c, gen, job.tokens[keep], std::move(lp), false, result);
     }
     const std::uint32_t tested = job.accepted + (job.tokens.size() > job.accepted && job.accepted < s.draft ? 1 : 0);
-    gen->spec_kept = gen->spec_kept * 0.9 + job.accepted;
-    gen->spec_tested = gen->spec_tested * 0.9 + tested;
+    gen->learn_spec(job.accepted, tested);
     std::lock_guard glock(gen->mu);
     gen->result.drafted += s.draft;
     gen->result.accepted += keep;

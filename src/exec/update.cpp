@@ -205,6 +205,7 @@ FinishReason ExecutorCore::emit_token_locked(Conv &c, std::shared_ptr<GenState> 
   ++result.tokens_sampled;
   ++stats.tokens_sampled;
   std::string text = g.stream->push(model.token_piece(token));
+  if (queue_it) follow_shadow(g, token);  // a token sampled one a step: the shadow proposal's test
   // Every sampled token joins the conversation; it is decoded next step.
   if (queue_it) {
     c.queue.push_back(token);
