@@ -311,11 +311,11 @@ void random_operations_against_a_worker(const weft::Model &m, std::uint32_t seed
     drafted += ex.stats().tokens_drafted;
   }
   // Only plain attention drafts (docs/EXECUTOR.md, "Speculative decoding").
-  if (m.memory() == weft::Model::Memory::plain) {
-    EXPECT_GT(drafted, 0u);
-  } else {
-    EXPECT_EQ(drafted, 0u);
-  }
+  // How many drafts a plain model verifies here depends on how far the
+  // worker gets before the game threads cancel or rewind (under TSan, none
+  // in one run): Speculative.* cover drafting deterministically.
+  if (m.memory() != weft::Model::Memory::plain) EXPECT_EQ(drafted, 0u);
+  ::testing::Test::RecordProperty("drafted", static_cast<int>(drafted));
 }
 
 TEST(NoWait, RandomOperationsAgainstAWorkerKeepEveryConversationExact) {
