@@ -117,16 +117,6 @@ void ExecutorCore::plan_drafts_locked(StepPlan &plan, const DraftRoom &room) {
   // fits, so a prediction too dear for a larger decode is corrected (a step
   // at most that much slower where drafts truly do not pay).
   if (best < fits && stats.steps % kExplore == 0) best = fits;
-  if (best == 0) {
-    for (const DraftCandidate &cd : cands) {
-      GenState &g = *plan.segments[cd.seg].conv->gen;
-      if (!g.shadow.empty()) continue;
-      g.shadow.assign(plan.drafts.begin() + cd.at, plan.drafts.begin() + cd.at + cd.n);
-      g.shadow_at = 0;
-    }
-    plan.drafts.clear();
-    return;
-  }
   for (std::uint32_t k = 0; k < best; ++k) ++cands[offers[k].cand].take;
   // Compact the proposals to what was taken; one not drafted at all is
   // followed in the shadow (below).
