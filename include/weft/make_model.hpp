@@ -30,6 +30,8 @@ enum class ModelPreset {
   embed,  // an embedding model: tiny's shape, bidirectional attention, mean
           // pooling (llama.attention.causal false, llama.pooling_type mean);
           // llama only
+  npc_draft,  // npc's drafter for speculative decoding: trained on the same
+              // corpus with the same vocabulary, 2 layers, 64 wide, f32
 };
 
 enum class WeightType { f32, f16, q8_0, q4_0 };
@@ -57,7 +59,8 @@ struct ModelShape {
 
 // The shape of a preset. Pure.
 WEFT_API ModelShape preset_shape(ModelPreset preset) noexcept;
-// "tiny" | "small" | "1b" | "npc" | "embed" and back; parse throws Errc::invalid_argument.
+// "tiny" | "small" | "1b" | "npc" | "embed" | "npc-draft" and back; parse
+// throws Errc::invalid_argument.
 WEFT_API const char *preset_name(ModelPreset preset) noexcept;
 WEFT_API ModelPreset parse_preset(const std::string &name);
 WEFT_API const char *weight_type_name(WeightType type) noexcept;
@@ -77,14 +80,14 @@ struct MakeModelParams {
   // Another shape for a random-weight preset (tiny, small, 1b): its tensor
   // names and weight scheme with these sizes, e.g. tiny with 32-wide heads
   // for a quantised KV cache. Default none (the preset's shape). Refused with
-  // Errc::invalid_argument for the npc preset and for sizes a llama model
+  // Errc::invalid_argument for the trained presets and for sizes a llama model
   // cannot have: n_layer 1..256; n_head 1..256 dividing n_embd, with even
   // head width (RoPE); n_head_kv dividing n_head; n_ff >= 1; n_ctx_train >=
   // 16; n_embd and n_ff multiples of a quantised type's block (32); for
   // gemma3 and lfm2 n_layer >= 2 (both kinds of layer).
   std::optional<ModelShape> shape;
   // Model family of a random-weight preset (or `shape`). Default llama. The
-  // npc preset is llama only (anything else: Errc::invalid_argument).
+  // trained presets are llama only (anything else: Errc::invalid_argument).
   ModelArch arch = ModelArch::llama;
   // gemma3's sliding window in tokens; default kDefaultSlidingWindow (16), so
   // that test prompts longer than it exercise it. Refused with
@@ -94,15 +97,16 @@ struct MakeModelParams {
   std::string out;
   // GGUF holding the tokenizer to copy; default: llama.cpp's
   // models/ggml-vocab-llama-spm.gguf from the tree weft was built against
-  // (for the npc preset: the vocabulary fitted to its corpus, TrainParams::vocab).
+  // (for the trained presets: the vocabulary fitted to their corpus, TrainParams::vocab).
   std::string vocab;
   // Progress in [0, 1] on the calling thread. Default none.
   std::function<void(float progress)> on_progress;
 };
 
-// Writes the model. The npc preset trains with train_npc_model() and
-// TrainParams defaults (seed -> both weight and corpus seed; f32 only), which
-// takes minutes; call train_npc_model() for its report and finer control.
+// Writes the model. The trained presets (npc, npc_draft) train with
+// train_npc_model() and npc_train_params(preset) (seed -> both weight and
+// corpus seed; f32 only), which takes minutes (npc_draft: under 2 CPU-minutes);
+// call train_npc_model() for its report and finer control.
 // Throws Error: invalid_argument (bad shape or type),
 // not_found/corrupt (vocabulary file), io (output not writable, disk full);
 // never leaves a partial file at `out`.

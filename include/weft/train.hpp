@@ -5,7 +5,10 @@
 //
 // No trained weights can be downloaded where weft is built, and random
 // weights print gibberish; this gives the demo a model that speaks in the
-// corpus's style after a few minutes of training on 2 cores.
+// corpus's style after a few minutes of training on 2 cores. The npc-draft
+// preset (npc_train_params(ModelPreset::npc_draft)) is a smaller model with
+// the same vocabulary, trained on the same corpus: a drafter for speculative
+// decoding with npc.
 //
 // Thread-safety: every function is reentrant; calls on different output paths
 // may run concurrently (each trains its own model and context). Callbacks run
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "weft/export.hpp"
+#include "weft/make_model.hpp"
 
 namespace weft {
 
@@ -46,7 +50,13 @@ struct TrainProgress {
   double train_accuracy = 0;
 };
 
+// The defaults are the npc preset's; npc_train_params(ModelPreset::npc_draft)
+// gives the drafter's.
 struct TrainParams {
+  // What the file says it is (weft.preset, general.name, the cache key):
+  // ModelPreset::npc or npc_draft (else Errc::invalid_argument). The shape is
+  // the fields below, whatever the preset. Default npc.
+  ModelPreset preset = ModelPreset::npc;
   CorpusParams corpus;      // default seed 0, 300 KB
   std::uint64_t seed = 0;   // weight initialisation and window order; default 0
   int n_layer = 4;          // default 4
@@ -83,6 +93,12 @@ struct TrainParams {
   // with Errc::cancelled and writes nothing. Default none.
   std::function<bool()> cancel;
 };
+
+// A trained preset's TrainParams, seed 0 and no `out`: npc gives the defaults
+// above; npc_draft gives 2 layers, 64 wide, 2 heads, FFN 192 (the same head
+// size, context, schedule, corpus and vocabulary). Any other preset:
+// Errc::invalid_argument. Pure.
+WEFT_API TrainParams npc_train_params(ModelPreset preset);
 
 struct TrainReport {
   double train_loss = 0;       // mean over the last epoch

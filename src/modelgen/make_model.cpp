@@ -110,8 +110,9 @@ ModelShape preset_shape(ModelPreset preset) noexcept {
     case ModelPreset::embed: return {2, 64, 4, 2, 256, 4096, false, WeightType::f32};
     case ModelPreset::small: return {30, 576, 9, 3, 1536, 8192, true, WeightType::q8_0};
     case ModelPreset::b1: return {22, 2048, 32, 4, 5632, 2048, false, WeightType::q4_0};
-    case ModelPreset::npc: {
-      const TrainParams t;
+    case ModelPreset::npc:
+    case ModelPreset::npc_draft: {
+      const TrainParams t = npc_train_params(preset);
       return {t.n_layer, t.n_embd, t.n_head, t.n_head, t.n_ff, t.n_ctx, false, WeightType::f32};
     }
   }
@@ -125,15 +126,18 @@ const char *preset_name(ModelPreset preset) noexcept {
     case ModelPreset::b1: return "1b";
     case ModelPreset::npc: return "npc";
     case ModelPreset::embed: return "embed";
+    case ModelPreset::npc_draft: return "npc-draft";
   }
   return "?";
 }
 
 ModelPreset parse_preset(const std::string &name) {
-  for (auto p : {ModelPreset::tiny, ModelPreset::small, ModelPreset::b1, ModelPreset::npc, ModelPreset::embed}) {
+  for (auto p : {ModelPreset::tiny, ModelPreset::small, ModelPreset::b1, ModelPreset::npc, ModelPreset::embed,
+                 ModelPreset::npc_draft}) {
     if (name == preset_name(p)) return p;
   }
-  detail::fail(Errc::invalid_argument, fmt::format("unknown model preset '{}' (expected tiny, small, 1b, npc or embed)", name));
+  detail::fail(Errc::invalid_argument,
+               fmt::format("unknown model preset '{}' (expected tiny, small, 1b, npc, embed or npc-draft)", name));
 }
 
 const char *weight_type_name(WeightType type) noexcept {
@@ -291,23 +295,27 @@ void detail::write_random_model(const RandomModelSpec &spec) {
 }
 
 void make_model(const MakeModelParams &params) {
-  if (params.preset == ModelPreset::npc) {
+  if (params.preset == ModelPreset::npc || params.preset == ModelPreset::npc_draft) {
+    const char *name = preset_name(params.preset);
     if (params.arch != ModelArch::llama) {
-      detail::fail(Errc::invalid_argument, fmt::format("MakeModelParams.arch = {}: the npc preset is trained as llama "
+      detail::fail(Errc::invalid_argument, fmt::format("MakeModelParams.arch = {}: the {} preset is trained as llama "
                                                        "only",
-                                                       model_arch_name(params.arch)));
+                                                       model_arch_name(params.arch), name));
     }
     if (params.sliding_window) {
       detail::fail(Errc::invalid_argument,
-                   fmt::format("MakeModelParams.sliding_window = {}: the npc preset has no sliding window",
-                               *params.sliding_window));
+                   fmt::format("MakeModelParams.sliding_window = {}: the {} preset has no sliding window",
+                               *params.sliding_window, name));
     }
     if (params.type && *params.type != WeightType::f32) {
-      detail::fail(Errc::invalid_argument, fmt::format("the npc preset is trained in f32; type {} is not supported",
-                                                       weight_type_name(*params.type)));
+      detail::fail(Errc::invalid_argument, fmt::format("the {} preset is trained in f32; type {} is not supported",
+                                                       name, weight_type_name(*params.type)));
     }
-    if (params.shape) detail::fail(Errc::invalid_argument, "MakeModelParams.shape: the npc preset's shape is TrainParams'");
-    TrainParams t;
+    if (params.shape) {
+      detail::fail(Errc::invalid_argument, fmt::format("MakeModelParams.shape: the {} preset's shape is TrainParams'",
+                                                       name));
+    }
+    TrainParams t = npc_train_params(params.preset);
     t.seed = params.seed;
     t.corpus.seed = params.seed;
     t.out = params.out;

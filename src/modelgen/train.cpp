@@ -70,6 +70,9 @@ struct Schedule {
 
 void check_params(const TrainParams &p) {
   auto bad = [](const std::string &what) { detail::fail(Errc::invalid_argument, what); };
+  if (p.preset != ModelPreset::npc && p.preset != ModelPreset::npc_draft) {
+    bad(fmt::format("TrainParams.preset = {} (expected npc or npc-draft)", preset_name(p.preset)));
+  }
   if (p.out.empty()) bad("TrainParams.out is empty");
   if (p.n_layer < 1 || p.n_layer > 64) bad(fmt::format("TrainParams.n_layer = {} (expected 1 .. 64)", p.n_layer));
   if (p.n_head < 1 || p.n_embd < 8 || p.n_embd > 4096 || p.n_embd % p.n_head != 0 || (p.n_embd / p.n_head) % 2 != 0) {
@@ -143,8 +146,9 @@ std::pair<double, double> evaluate(detail::NpcGraph &graph, const std::vector<st
 // Writes the trained weights (in `data`, laid out as the initial GGUF `g`)
 // with weft's provenance keys, atomically.
 void write_final(gguf_context *g, ggml_context *data, const TrainParams &p, const std::string &key) {
-  gguf_set_val_str(g, "general.name", fmt::format("weft-npc-seed{}", p.seed).c_str());
-  gguf_set_val_str(g, "weft.preset", "npc");
+  const char *preset = preset_name(p.preset);
+  gguf_set_val_str(g, "general.name", fmt::format("weft-{}-seed{}", preset, p.seed).c_str());
+  gguf_set_val_str(g, "weft.preset", preset);
   gguf_set_val_u64(g, "weft.seed", p.seed);
   gguf_set_val_u64(g, "weft.corpus_seed", p.corpus.seed);
   gguf_set_val_str(g, "weft.train_key", key.c_str());
@@ -161,6 +165,25 @@ void write_final(gguf_context *g, ggml_context *data, const TrainParams &p, cons
 
 }  // namespace
 
+TrainParams npc_train_params(ModelPreset preset) {
+  TrainParams t;
+  t.preset = preset;
+  if (preset == ModelPreset::npc) return t;
+  if (preset != ModelPreset::npc_draft) {
+    detail::fail(Errc::invalid_argument,
+                 fmt::format("npc_train_params({}): not a trained preset (expected npc or npc-draft)",
+                             preset_name(preset)));
+  }
+  // Several times cheaper per token than npc, with npc's 32-wide heads; two
+  // layers, because copying a name or price from the header takes a head
+  // that reads another head's output.
+  t.n_layer = 2;
+  t.n_embd = 64;
+  t.n_head = 2;
+  t.n_ff = 192;
+  return t;
+}
+
 std::string npc_model_key(const TrainParams &p) {
   std::string spec =
       fmt::format("v{} corpus={}:{} seed={} shape={}x{}x{}x{} ctx={}/{} epochs={} lr={}:{}:{} wd={} eval={}",
@@ -169,6 +192,9 @@ std::string npc_model_key(const TrainParams &p) {
                   p.eval_share);
   // Default init scales add nothing, so default keys stay as they were.
   if (p.init_std_embd != 0 || p.init_std_kv != 0) spec += fmt::format(" init={}:{}", p.init_std_embd, p.init_std_kv);
+  // The draft preset names itself, so its file never stands in for an npc
+  // trained to the same shape; npc keys stay as they were.
+  if (p.preset != ModelPreset::npc) spec += fmt::format(" preset={}", preset_name(p.preset));
   // The default vocabulary adds nothing, so default keys stay as they were.
   const std::string keyed = p.vocab.empty() ? spec : spec + " vocab=" + p.vocab;
   std::uint64_t h = 1469598103934665603ull;
@@ -200,7 +226,7 @@ TrainReport train_npc_model(const TrainParams &p) {
   // init_std_embd / init_std_kv override it for token_embd and attn_k/attn_v).
   detail::write_random_model({.shape = shape,
                               .type = WeightType::f32,
-                              .preset = "npc",
+                              .preset = preset_name(p.preset),
                               .seed = p.seed,
                               .out = init.path,
                               .vocab = p.vocab,

@@ -1,5 +1,5 @@
 // weft make-model: write a generated GGUF (random presets, any weft::ModelArch)
-// or a trained one (npc).
+// or a trained one (npc, npc-draft).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -61,13 +62,16 @@ void add_make_model(CLI::App &app) {
     std::uint64_t seed = 0;
     bool quiet = false, no_cache = false;
     weft::TrainParams train;
+    // Per training option: copies it into a preset's TrainParams if given.
+    std::vector<std::function<void(weft::TrainParams &to, weft::TrainParams &given)>> train_given;
   };
   auto o = std::make_shared<Opts>();
   auto *cmd = app.add_subcommand("make-model",
                                  "Write a GGUF: seeded random weights (tiny, small, 1b; llama, gemma3, lfm2, mamba or "
-                                 "moe) or a llama trained on generated NPC dialogue (npc)");
-  cmd->add_option("--preset", o->preset, "tiny | small | 1b | npc | embed")
-      ->check(CLI::IsMember({"tiny", "small", "1b", "npc"}))
+                                 "moe) or a llama trained on generated NPC dialogue (npc; npc-draft, its drafter for "
+                                 "speculative decoding)");
+  cmd->add_option("--preset", o->preset, "tiny | small | 1b | npc | npc-draft | embed")
+      ->check(CLI::IsMember({"tiny", "small", "1b", "npc", "npc-draft"}))
       ->capture_default_str();
   cmd->add_option("--arch", o->arch,
                   "Model family: llama | gemma3 (sliding-window attention) | lfm2 (conv/attention hybrid) | mamba "
@@ -82,45 +86,54 @@ void add_make_model(CLI::App &app) {
   cmd->add_option("--out", o->out, "Output GGUF path")->required();
   cmd->add_option("--vocab", o->vocab, "GGUF to copy the tokenizer from")->default_str(weft::default_vocab_path());
   cmd->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
-  auto &tp = o->train;
-  const char *g = "npc training";
-  cmd->add_option("--epochs", tp.epochs, "Passes over the corpus")->capture_default_str()->group(g);
-  cmd->add_option("--corpus-bytes", tp.corpus.target_bytes, "Corpus size in bytes")->capture_default_str()->group(g);
-  cmd->add_option("--layers", tp.n_layer, "Transformer blocks")->capture_default_str()->group(g);
-  cmd->add_option("--embd", tp.n_embd, "Model width")->capture_default_str()->group(g);
-  cmd->add_option("--heads", tp.n_head, "Attention heads")->capture_default_str()->group(g);
-  cmd->add_option("--ff", tp.n_ff, "Feed-forward width")->capture_default_str()->group(g);
-  cmd->add_option("--train-ctx", tp.n_ctx, "Training window (multiple of 256)")->capture_default_str()->group(g);
-  cmd->add_option("--train-batch", tp.n_batch, "Tokens per optimizer step")->capture_default_str()->group(g);
-  cmd->add_option("--lr", tp.lr, "Peak learning rate")->capture_default_str()->group(g);
-  cmd->add_option("--lr-min", tp.lr_min, "Final learning rate")->capture_default_str()->group(g);
-  cmd->add_option("--warmup", tp.warmup_steps, "Warm-up optimizer steps")->capture_default_str()->group(g);
-  cmd->add_option("--threads", tp.n_threads, "CPU threads (0 = all)")->capture_default_str()->group(g);
+  // The defaults shown are npc's; npc-draft starts from its own
+  // (npc_train_params) and takes only the options given.
+  const char *g = "npc / npc-draft training (defaults: npc's; npc-draft: 2 layers, 64 wide, 2 heads, FFN 192)";
+  auto train_opt = [&](const char *name, auto field, const char *what) {
+    CLI::Option *opt = cmd->add_option(name, field(o->train), what)->capture_default_str()->group(g);
+    o->train_given.push_back([opt, field](weft::TrainParams &to, weft::TrainParams &given) {
+      if (opt->count() > 0) field(to) = field(given);
+    });
+  };
+  using TP = weft::TrainParams;
+  train_opt("--epochs", [](TP &t) -> auto & { return t.epochs; }, "Passes over the corpus");
+  train_opt("--corpus-bytes", [](TP &t) -> auto & { return t.corpus.target_bytes; }, "Corpus size in bytes");
+  train_opt("--layers", [](TP &t) -> auto & { return t.n_layer; }, "Transformer blocks");
+  train_opt("--embd", [](TP &t) -> auto & { return t.n_embd; }, "Model width");
+  train_opt("--heads", [](TP &t) -> auto & { return t.n_head; }, "Attention heads");
+  train_opt("--ff", [](TP &t) -> auto & { return t.n_ff; }, "Feed-forward width");
+  train_opt("--train-ctx", [](TP &t) -> auto & { return t.n_ctx; }, "Training window (multiple of 256)");
+  train_opt("--train-batch", [](TP &t) -> auto & { return t.n_batch; }, "Tokens per optimizer step");
+  train_opt("--lr", [](TP &t) -> auto & { return t.lr; }, "Peak learning rate");
+  train_opt("--lr-min", [](TP &t) -> auto & { return t.lr_min; }, "Final learning rate");
+  train_opt("--warmup", [](TP &t) -> auto & { return t.warmup_steps; }, "Warm-up optimizer steps");
+  train_opt("--threads", [](TP &t) -> auto & { return t.n_threads; }, "CPU threads (0 = all)");
   cmd->add_flag("--no-cache", o->no_cache, "Train even when the cache holds this model; do not cache it")->group(g);
   cmd->callback([o] {
     const auto t0 = std::chrono::steady_clock::now();
     auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     const weft::ModelArch arch = weft::parse_model_arch(o->arch);
-    if (o->preset == "npc") {
+    if (o->preset == "npc" || o->preset == "npc-draft") {
       if (arch != weft::ModelArch::llama) {
         throw weft::Error(weft::Errc::invalid_argument,
-                          fmt::format("--arch {}: the npc preset is trained as llama only", o->arch));
+                          fmt::format("--arch {}: the {} preset is trained as llama only", o->arch, o->preset));
       }
       if (o->sliding_window) {
-        throw weft::Error(weft::Errc::invalid_argument,
-                          fmt::format("--sliding-window {}: the npc preset has no sliding window", *o->sliding_window));
+        throw weft::Error(weft::Errc::invalid_argument, fmt::format("--sliding-window {}: the {} preset has no "
+                                                                    "sliding window", *o->sliding_window, o->preset));
       }
       if (!o->type.empty() && o->type != "f32") {
         throw weft::Error(weft::Errc::invalid_argument,
-                          fmt::format("--type {}: the npc preset is trained and written in f32", o->type));
+                          fmt::format("--type {}: the {} preset is trained and written in f32", o->type, o->preset));
       }
-      weft::TrainParams t = o->train;
+      weft::TrainParams t = weft::npc_train_params(weft::parse_preset(o->preset));
+      for (const auto &take : o->train_given) take(t, o->train);
       t.seed = o->seed;
       t.corpus.seed = o->seed;
       t.vocab = o->vocab;
       if (o->no_cache) {
         t.out = o->out;
-        t.on_progress = train_progress(o->quiet);
+        t.on_progress = train_progress(o->quiet, o->preset);
         t.cancel = cancel_on_interrupt();
         const auto r = weft::train_npc_model(t);
         if (o->quiet) return;
@@ -131,7 +144,10 @@ void add_make_model(CLI::App &app) {
         return;
       }
       copy_atomic(ensure_npc_model(t, o->quiet), o->out);
-      if (!o->quiet) fmt::print("wrote {} (npc preset, seed {}) in {:.1f} s\n", o->out, o->seed, seconds());
+      if (!o->quiet) {
+        fmt::print("wrote {} ({} preset, {} layers x {} wide, seed {}) in {:.1f} s\n", o->out, o->preset, t.n_layer,
+                   t.n_embd, o->seed, seconds());
+      }
       return;
     }
     weft::MakeModelParams p;

@@ -34,18 +34,19 @@ std::function<bool()> cancel_on_interrupt() {
   return [] { return g_interrupted.load(); };
 }
 
-std::function<void(const weft::TrainProgress &)> train_progress(bool quiet) {
+std::function<void(const weft::TrainProgress &)> train_progress(bool quiet, const std::string &preset) {
   if (quiet) return {};
-  auto bar = std::make_shared<ProgressBar>("train npc");
+  const std::string label = "train " + preset;
+  auto bar = std::make_shared<ProgressBar>(label);
   auto next_line = std::make_shared<int>(1);
   const bool tty = ::isatty(STDERR_FILENO) != 0;
-  return [bar, next_line, tty](const weft::TrainProgress &p) {
+  return [bar, next_line, tty, label](const weft::TrainProgress &p) {
     const std::string status = fmt::format("epoch {}/{} loss {:.3f} acc {:.1f}%", p.epoch + 1, p.epochs,
                                            p.train_loss, 100.0 * p.train_accuracy);
     bar->update(static_cast<float>(p.fraction), status);
     // Without a terminal (logs, CI) a line every tenth of the run instead.
     if (!tty && p.fraction * 10 >= *next_line) {
-      fmt::print(stderr, "train npc {:3.0f}% {}\n", 100 * p.fraction, status);
+      fmt::print(stderr, "{} {:3.0f}% {}\n", label, 100 * p.fraction, status);
       *next_line = static_cast<int>(p.fraction * 10) + 1;
     }
     if (p.fraction >= 1.0) bar->finish();
@@ -54,17 +55,19 @@ std::function<void(const weft::TrainProgress &)> train_progress(bool quiet) {
 
 std::string ensure_npc_model(weft::TrainParams params, bool quiet) {
   const auto dir = std::filesystem::path(cache_dir()) / "models";
-  const auto path = dir / fmt::format("npc-{}.gguf", weft::npc_model_key(params));
+  const std::string preset = weft::preset_name(params.preset);
+  const auto path = dir / fmt::format("{}-{}.gguf", preset, weft::npc_model_key(params));
   if (std::filesystem::exists(path)) return path.string();
   std::filesystem::create_directories(dir);
   if (!quiet) {
     fmt::print(stderr,
-               "weft: training the npc model into {} (once; a few minutes on 2 cores):\n"
+               "weft: training the {} model into {} (once; {} on 2 cores):\n"
                "      {} layers x {} wide, {} epochs over {} KB of generated NPC dialogue\n",
-               path.string(), params.n_layer, params.n_embd, params.epochs, params.corpus.target_bytes / 1000);
+               preset, path.string(), params.preset == weft::ModelPreset::npc ? "a few minutes" : "a minute or two",
+               params.n_layer, params.n_embd, params.epochs, params.corpus.target_bytes / 1000);
   }
   params.out = path.string();
-  params.on_progress = train_progress(quiet);
+  params.on_progress = train_progress(quiet, preset);
   params.cancel = cancel_on_interrupt();
   const auto r = weft::train_npc_model(params);
   if (!quiet) {
@@ -78,8 +81,8 @@ std::string ensure_npc_model(weft::TrainParams params, bool quiet) {
 }
 
 std::string ensure_preset_model(const std::string &preset, unsigned seed, weft::ModelArch arch) {
-  if (preset == "npc") {
-    weft::TrainParams t;
+  if (preset == "npc" || preset == "npc-draft") {
+    weft::TrainParams t = weft::npc_train_params(weft::parse_preset(preset));
     t.seed = seed;
     t.corpus.seed = seed;
     return ensure_npc_model(t);
