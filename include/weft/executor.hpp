@@ -98,6 +98,37 @@ enum class ImageEncoding {
   caller,
 };
 
+// The second model behind Drafter::model. The executor makes a llama.cpp
+// context of it (n_ctx cells, n_seq_max sequences, the executor's threads and
+// attention kernel), freed with the executor. Each drafting conversation
+// keeps a sequence there holding its tokens (the last n_ctx / 2 when longer);
+// after a step samples a conversation's next token, the same step catches
+// its sequence up and drafts, greedily, every drafting conversation in one
+// llama_decode per draft position, with what the step's time budget leaves.
+// The next step verifies the drafts (SpeculativeParams). Conversations with
+// an image in their history or an adapter setting draft nothing (the draft
+// model sees neither).
+struct DraftModelParams {
+  // The draft model, loaded by the caller and shared read-only. Its
+  // vocabulary must be the executor model's, token for token
+  // (Errc::invalid_argument naming both sizes, or the first token that
+  // differs), and its memory plain attention (a rejected draft is dropped
+  // from its cache): Errc::invalid_argument otherwise.
+  Model model;
+  // Cells of the draft context, shared by the drafting conversations.
+  // Default 4096. Must be in [64, the draft model's n_ctx_train * n_seq_max].
+  std::uint32_t n_ctx = 4096;
+  // Conversations whose tokens the draft context keeps at once. Default 16.
+  // Must be in [1, 256]. More drafting conversations than this take turns
+  // (the one that drafted longest ago first); a conversation's turn without
+  // a sequence decodes its tokens again in the draft model.
+  std::uint32_t n_seq_max = 16;
+  // A conversation's draft ends before a token the draft model gives less
+  // than this probability (llama-server's --draft-p-min). Default 0.5. Must
+  // be in [0, 1]; 0 drafts max_draft tokens whatever the confidence.
+  float p_min = 0.5f;
+};
+
 struct ExecutorParams {
   // KV cells shared by all conversations (the unified cache). Default 4096.
   // Must be in [16, model's n_ctx_train * n_seq_max]. llama.cpp rounds it up
@@ -196,6 +227,10 @@ struct ExecutorParams {
   // Speculative decoding for generations that do not set
   // GenerateParams::speculative. Default: no drafter.
   SpeculativeParams speculative;
+  // The draft model for Drafter::model. Default none: a generation asking
+  // for Drafter::model is Errc::invalid_argument (a loaded state's drafts
+  // nothing).
+  std::optional<DraftModelParams> draft_model;
 };
 
 // What one Executor::encode_images() call did.
@@ -243,6 +278,7 @@ struct StepResult {
   std::uint32_t texts_embedded = 0;   // texts whose vectors this step made
   std::uint32_t tokens_drafted = 0;   // draft tokens verified (in tokens_decoded)
   std::uint32_t drafts_accepted = 0;  // of those, kept (in tokens_sampled)
+  double draft_seconds = 0;           // in the draft model's context (Drafter::model)
 };
 
 // Background stepping (Executor::start).

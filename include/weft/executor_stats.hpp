@@ -34,6 +34,10 @@ struct ExecutorStats {
   // and of those kept (counted in tokens_sampled).
   std::uint64_t tokens_drafted = 0;
   std::uint64_t drafts_accepted = 0;
+  // Drafter::model: tokens decoded in the draft model's context (catching
+  // conversations up and drafting) and the seconds that took.
+  std::uint64_t draft_model_tokens = 0;
+  double draft_model_seconds = 0;
   std::uint64_t decode_failures = 0;
   std::uint64_t deadline_stops = 0;  // steps cut short by a hard deadline
   std::uint64_t worker_errors = 0;   // worker steps that threw (a weft bug; it carried on)

@@ -93,6 +93,10 @@ enum class Drafter {
   lookup = 1,  // the conversation's own tokens: the continuation of the latest
                // earlier place its last n tokens occur (names, items and prices
                // copied from the prompt); no second model
+  model = 2,   // a second, smaller model (ExecutorParams::draft_model) with
+               // the same vocabulary: greedy, in a context of its own, every
+               // drafting conversation in one llama_decode per draft position
+               // (docs/EXECUTOR.md, "Speculative decoding")
 };
 
 WEFT_API const char *drafter_name(Drafter drafter) noexcept;

@@ -110,7 +110,7 @@ bool uses_stages(const SamplerParams &p) {
 }
 
 void validate_speculative(const SpeculativeParams &p, const char *what) {
-  if (p.drafter != Drafter::none && p.drafter != Drafter::lookup) {
+  if (p.drafter != Drafter::none && p.drafter != Drafter::lookup && p.drafter != Drafter::model) {
     fail(Errc::invalid_argument, fmt::format("{}.drafter = {} is not a Drafter", what, static_cast<int>(p.drafter)));
   }
   if (p.max_draft < 1 || p.max_draft > SpeculativeParams::kMaxDraft) {

@@ -60,6 +60,12 @@ struct GenState {
   // without drafting, so a rate that starts low can rise (speculate.cpp).
   std::vector<Token> shadow;
   std::uint32_t shadow_at = 0;  // its tokens matched so far
+  // Drafter::model: the draft model's tokens after `proposal_next` at
+  // history position proposal_at (the step before made them).
+  std::vector<Token> proposal;
+  std::size_t proposal_at = 0;
+  Token proposal_next = -1;
+  std::uint64_t draft_turn = 0;  // step it last drafted with the model
   void learn_spec(double kept, double tested) {
     spec_kept = spec_kept * 0.9 + kept;
     spec_tested = spec_tested * 0.9 + tested;

@@ -188,13 +188,16 @@ ExecutorCore::ExecutorCore(Model m, const ExecutorParams &p)
     // Made now, not in the step of the first image (tens of milliseconds).
     if (media.projector->non_causal) media_context();
   }
-  if (params.embedder) {
-    try {
-      embedder = std::make_unique<Embedder>(model, *params.embedder, threads, attention.type);
-    } catch (...) {
-      free_context();  // a throwing constructor runs no destructor: the context would leak
-      throw;
-    }
+  if (params.speculative.drafter == Drafter::model && !params.draft_model) {
+    free_context();
+    fail(Errc::invalid_argument, "ExecutorParams.speculative.drafter = model needs ExecutorParams::draft_model");
+  }
+  try {
+    if (params.embedder) embedder = std::make_unique<Embedder>(model, *params.embedder, threads, attention.type);
+    if (params.draft_model) drafter = std::make_unique<DraftModel>(model, *params.draft_model, threads, attention.type);
+  } catch (...) {
+    free_context();  // a throwing constructor runs no destructor: the context would leak
+    throw;
   }
   stats.step_ms.reserve(StepStats::kWindow);
   stats.decode_ms.reserve(StepStats::kWindow);
@@ -244,6 +247,7 @@ void ExecutorCore::free_context() {
   if (media.side_ctx != nullptr) llama_free(media.side_ctx);
   media.side_ctx = nullptr;
   embedder.reset();  // its queued texts end with Errc::disposed
+  drafter.reset();
   if (ctx != nullptr) llama_free(ctx);
   ctx = nullptr;
 }
@@ -391,6 +395,8 @@ ExecutorStats Executor::stats() const {
   s.tokens_sampled = c.stats.tokens_sampled;
   s.tokens_drafted = c.stats.tokens_drafted;
   s.drafts_accepted = c.stats.drafts_accepted;
+  s.draft_model_tokens = c.stats.draft_model_tokens;
+  s.draft_model_seconds = c.stats.draft_model_s;
   s.decode_failures = c.stats.decode_failures;
   s.deadline_stops = c.stats.deadline_stops;
   s.worker_errors = c.worker.errors();

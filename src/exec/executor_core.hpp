@@ -31,6 +31,7 @@
 #include "exec/attention_probe.hpp"
 #include "exec/conv.hpp"
 #include "exec/decoder.hpp"
+#include "exec/draft_model.hpp"
 #include "exec/embedder.hpp"
 #include "exec/events.hpp"
 #include "exec/media/media_state.hpp"
@@ -50,7 +51,8 @@ namespace weft::detail {
 struct StepStats {
   static constexpr std::size_t kWindow = 1024;
   std::uint64_t steps = 0, tokens_decoded = 0, tokens_sampled = 0, decode_failures = 0, deadline_stops = 0;
-  std::uint64_t tokens_drafted = 0, drafts_accepted = 0;
+  std::uint64_t tokens_drafted = 0, drafts_accepted = 0, draft_model_tokens = 0;
+  double draft_model_s = 0;
   std::uint64_t adapter_switches = 0;
   std::uint64_t image_batches = 0;
   double image_decode_s = 0;
@@ -115,6 +117,7 @@ struct PlanningScratch {
   std::vector<std::size_t> group_index;  // replan: each candidate's group
   std::vector<PlanCandidate> group_candidates;  // replan: those of the groups kept
   std::vector<DraftCandidate> draft_candidates;  // plan_drafts_locked's
+  std::vector<std::pair<std::uint64_t, Conv *>> drafting;  // run_drafter_locked's: (last turn, conversation)
   std::vector<DraftOffer> draft_offers;
 };
 
@@ -216,6 +219,7 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
   Worker worker;                     // the background stepper
   MediaState media;                  // images
   std::unique_ptr<Embedder> embedder;  // ExecutorParams::embedder; its queue has a lock of its own
+  std::unique_ptr<DraftModel> drafter;  // ExecutorParams::draft_model; the stepper's alone
   AdapterState adapter_state;        // adapters
   StepStats stats;
   AttentionChoice attention;  // how flash_attn was resolved (stats)
@@ -371,6 +375,10 @@ struct ExecutorCore : std::enable_shared_from_this<ExecutorCore> {
     double depth = 0;                     // the cost model's depth for the step
   };
   void plan_drafts_locked(StepPlan &plan, const DraftRoom &room);
+  // Drafter::model: after the run stage, the draft model drafts for every
+  // generation whose token it sampled, with mu released, in what `seconds`
+  // leaves; the next plan takes the proposals (speculate.cpp).
+  void run_drafter_locked(std::optional<double> seconds, StepResult &result, std::unique_lock<std::mutex> &lock);
   // What the plan in scratch.planning leaves: of `token_budget` tokens, of
   // `free_cells`, and of `left` seconds (a time budget's, at `depth`) or a
   // deadline's.

@@ -27,6 +27,7 @@ const char *drafter_name(Drafter drafter) noexcept {
   switch (drafter) {
     case Drafter::none: return "none";
     case Drafter::lookup: return "lookup";
+    case Drafter::model: return "model";
   }
   return "unknown";
 }
@@ -40,6 +41,9 @@ Generation Conversation::generate(const GenerateParams &params) {
   auto gen = std::make_shared<detail::GenState>();
   gen->params = params;
   gen->spec = params.speculative.value_or(core.params.speculative);
+  if (gen->spec.drafter == Drafter::model && !core.drafter) {
+    detail::fail(Errc::invalid_argument, "GenerateParams.speculative.drafter = model needs ExecutorParams::draft_model");
+  }
   gen->stream.emplace(params.stop);  // validates the stop strings
   // Reserved up front so steps do not reallocate them as the reply grows.
   const std::size_t expect = std::min<std::size_t>(params.max_tokens, 4096);

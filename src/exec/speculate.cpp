@@ -70,8 +70,13 @@ void ExecutorCore::plan_drafts_locked(StepPlan &plan, const DraftRoom &room) {
     if (cap == 0) continue;
     const auto at = static_cast<std::uint32_t>(plan.drafts.size());
     plan.drafts.resize(at + cap);
-    const std::uint32_t n = lookup_draft(c.history, c.queue[0], sp.ngram_min, sp.ngram_max,
-                                         std::span(plan.drafts).subspan(at, cap));
+    std::uint32_t n = 0;
+    if (sp.drafter == Drafter::lookup) {
+      n = lookup_draft(c.history, c.queue[0], sp.ngram_min, sp.ngram_max, std::span(plan.drafts).subspan(at, cap));
+    } else if (const GenState &g = *c.gen; g.proposal_at == c.history.size() && g.proposal_next == c.queue[0]) {
+      n = static_cast<std::uint32_t>(std::min<std::size_t>(cap, g.proposal.size()));
+      std::copy_n(g.proposal.begin(), n, plan.drafts.begin() + at);
+    }
     plan.drafts.resize(at + n);
     if (n == 0) continue;
     const double rate = c.gen->spec_rate();
@@ -138,6 +143,67 @@ void ExecutorCore::plan_drafts_locked(StepPlan &plan, const DraftRoom &room) {
     out += cd.take;
   }
   plan.drafts.resize(out);
+}
+
+void ExecutorCore::run_drafter_locked(std::optional<double> seconds, StepResult &result,
+                                      std::unique_lock<std::mutex> &lock) {
+  if (!kv->family().plain()) return;
+  auto &turns = scratch.planning.drafting;
+  turns.clear();
+  for (auto &[id, owned] : convs.all) {
+    Conv &c = *owned;
+    if (!c.gen || c.error || c.disposed || !c.gen_token_queued || c.n_queued() != 1) continue;
+    c.gen->proposal.clear();
+    // The draft model sees neither images nor adapters.
+    if (c.gen->spec.drafter == Drafter::model && c.media.empty() && !c.next_adapters()) {
+      turns.emplace_back(c.gen->draft_turn, &c);
+    }
+  }
+  if (turns.empty()) return;
+  // More than the draft context's sequences take turns: who waited longest first.
+  std::sort(turns.begin(), turns.end(), [](const auto &a, const auto &b) {
+    return a.first != b.first ? a.first < b.first : a.second->id < b.second->id;
+  });
+  drafter->begin();
+  bool any = false;
+  for (auto [turn, cp] : turns) {
+    Conv &c = *cp;
+    GenState &g = *c.gen;
+    std::size_t produced = 0;
+    {
+      std::lock_guard glock(g.mu);
+      produced = g.result.tokens.size();
+    }
+    const std::size_t left = g.params.max_tokens > produced ? g.params.max_tokens - produced : 0;
+    const std::uint32_t ctx_left = n_ctx > c.n_decoded() + 2 ? n_ctx - c.n_decoded() - 2 : 0;
+    const auto cap = static_cast<std::uint32_t>(std::min<std::size_t>({g.spec.max_draft, left > 0 ? left - 1 : 0, ctx_left}));
+    if (cap == 0) continue;
+    // Adaptive: no further than a token the plan would weigh under 1/8.
+    std::uint32_t n = cap;
+    if (g.spec.adaptive) {
+      const double r = g.spec_rate();
+      double v = r;
+      for (n = 1; n < cap && v * r >= 0.125; ++n) v *= r;
+    }
+    const SamplerParams &sp = g.params.sampler ? *g.params.sampler : c.sampler_params;
+    if (!drafter->want(c.id, c.history, c.queue[0], n, sp.logit_bias)) break;  // the round is full
+    g.draft_turn = stats.steps;
+    any = true;
+  }
+  if (!any) return;
+  lock.unlock();  // the draft context is the stepper's alone
+  const DraftModel::Ran ran = drafter->run(seconds);
+  lock.lock();
+  stats.draft_model_tokens += ran.tokens;
+  stats.draft_model_s += ran.seconds;
+  result.draft_seconds += ran.seconds;
+  for (DraftModel::Proposal &p : drafter->proposals()) {
+    Conv *c = convs.find(p.conv);
+    if (c == nullptr || !c->gen || p.tokens.empty()) continue;
+    c->gen->proposal.swap(p.tokens);  // the buffers go round
+    c->gen->proposal_at = p.at;
+    c->gen->proposal_next = p.next;
+  }
 }
 
 void follow_shadow(GenState &g, Token token) {

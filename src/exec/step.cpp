@@ -140,6 +140,7 @@ StepResult ExecutorCore::step(const StepBudget &asked) {
     // next step's start, before its plan, so their token decodes in the same
     // step either way.
   }
+  if (drafter && !idle && !closed) run_drafter_locked(time_left(budget, t0), result, lock);
   // Texts in what the budget leaves.
   if (!embed_turn && !closed) run_embeddings_locked(budget, t0, false, result, lock);
   if (result.tokens_embedded > 0) result.idle = false;
