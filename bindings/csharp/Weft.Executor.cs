@@ -54,6 +54,10 @@ namespace Weft
         // Speculative decoding for generations whose GenerateParams.Speculative
         // is null (Weft.Speculative.cs). null (the default) = no drafter.
         public SpeculativeParams Speculative;
+        // The model Drafter.Model drafts with (Weft.Speculative.cs). null (the
+        // default) = none: a generation asking for Drafter.Model throws
+        // WeftException InvalidArgument.
+        public DraftModelParams DraftModel;
 
         public ExecutorParams()
         {
@@ -121,6 +125,8 @@ namespace Weft
         // Speculative decoding: draft tokens verified (in TokensDecoded), and
         // of those kept (in TokensSampled).
         public int TokensDrafted, DraftsAccepted;
+        // Seconds in the draft model's context (Drafter.Model).
+        public double DraftSeconds;
     }
 
     public struct ExecutorStats
@@ -166,6 +172,10 @@ namespace Weft
         // Speculative decoding: draft tokens verified (counted in
         // TokensDecoded), and of those kept (counted in TokensSampled).
         public long TokensDrafted, DraftsAccepted;
+        // Drafter.Model: tokens decoded in the draft model's context (catching
+        // conversations up and drafting) and the seconds that took.
+        public long DraftModelTokens;
+        public double DraftModelSeconds;
     }
 
     public sealed class WorkerParams
@@ -214,6 +224,7 @@ namespace Weft
             n.prefix_cache_cells = p.PrefixCacheCells;
             n.image_encoding = (int)p.ImageEncoding;
             if (p.Embedder != null) p.Embedder.Check();
+            if (p.DraftModel != null) p.DraftModel.Check();
             var ud = IntPtr.Zero;
             if (p.OnPressure != null)
             {
@@ -224,7 +235,7 @@ namespace Weft
             }
             ExecutorHandle h;
             Status status;
-            bool projectorRef = false, embedderRef = false;
+            bool projectorRef = false, embedderRef = false, draftRef = false;
             using (var mem = new CallMemory())
             {
                 try
@@ -238,12 +249,14 @@ namespace Weft
                     }
                     if (p.Embedder != null) p.Embedder.Apply(ref n, ref embedderRef);
                     if (p.Speculative != null) n.speculative = mem.Struct(p.Speculative.ToNative());
+                    if (p.DraftModel != null) n.draft_model = mem.Struct(p.DraftModel.ToNative(ref draftRef));
                     status = Native.weft_executor_create(model.Handle, ref n, out h);
                 }
                 finally
                 {
                     if (projectorRef) p.Projector.Handle.DangerousRelease();
                     if (embedderRef) p.Embedder.Model.Handle.DangerousRelease();
+                    if (draftRef) p.DraftModel.Model.Handle.DangerousRelease();
                 }
             }
             if (status != Status.Ok && ud != IntPtr.Zero) Trampolines.Unpin(ud);
@@ -277,6 +290,7 @@ namespace Weft
                 Idle = r.idle != 0, DeadlineHit = r.deadline_hit != 0,
                 TokensEmbedded = (int)r.tokens_embedded, TextsEmbedded = (int)r.texts_embedded,
                 TokensDrafted = (int)r.tokens_drafted, DraftsAccepted = (int)r.drafts_accepted,
+                DraftSeconds = r.draft_seconds,
             };
         }
 
@@ -389,6 +403,7 @@ namespace Weft
                     TextsEmbedded = (long)s.texts_embedded, EmbedTokens = (long)s.embed_tokens,
                     EmbedDecodes = (long)s.embed_decodes, EmbedMs = s.embed_ms, EmbedPending = (int)s.embed_pending,
                     TokensDrafted = (long)s.tokens_drafted, DraftsAccepted = (long)s.drafts_accepted,
+                    DraftModelTokens = (long)s.draft_model_tokens, DraftModelSeconds = s.draft_model_seconds,
                 };
             }
         }

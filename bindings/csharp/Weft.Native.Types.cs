@@ -184,6 +184,7 @@ namespace Weft
         public uint embed_n_ctx, embed_n_seq_max;
         public int embed_normalize;
         public IntPtr speculative;  // weft_speculative_params*, appended after embed_normalize
+        public IntPtr draft_model;  // weft_draft_model_params*, appended after speculative
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -203,6 +204,7 @@ namespace Weft
         public int idle, deadline_hit;
         public uint tokens_embedded, texts_embedded;  // appended after deadline_hit
         public uint tokens_drafted, drafts_accepted;  // appended after texts_embedded
+        public double draft_seconds;                  // appended after drafts_accepted
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -232,6 +234,8 @@ namespace Weft
         public double embed_ms;
         public uint embed_pending;
         public ulong tokens_drafted, drafts_accepted;  // appended after embed_pending
+        public ulong draft_model_tokens;               // appended after drafts_accepted
+        public double draft_model_seconds;
     }
 
     [StructLayout(LayoutKind.Sequential)]

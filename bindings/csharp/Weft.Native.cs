@@ -157,6 +157,7 @@ namespace Weft
         [DllImport(Lib)] public static extern Status weft_generation_drafts(GenerationHandle g, out uint drafted, out uint accepted);
         [DllImport(Lib)] public static extern IntPtr weft_drafter_name(int drafter);
         [DllImport(Lib)] public static extern Status weft_speculative_params_init(ref SpeculativeParamsNative p, UIntPtr size);
+        [DllImport(Lib)] public static extern Status weft_draft_model_params_init(ref DraftModelParamsNative p, UIntPtr size);
         [DllImport(Lib)] public static extern Status weft_tools_prompt(IntPtr tools, UIntPtr n, byte[] buf, UIntPtr capacity, out UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_tools_prompt_format(IntPtr tools, UIntPtr n, int format, byte[] buf, UIntPtr capacity, out UIntPtr len);
         [DllImport(Lib)] public static extern Status weft_tool_call_text(byte[] name, byte[] arguments, int format, byte[] buf, UIntPtr capacity, out UIntPtr len);

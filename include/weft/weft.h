@@ -95,6 +95,6 @@
 #include "weft/c/embedding.h"     // weft_executor_embed, weft_embedding_*, weft_cosine_similarity
 #include "weft/c/memory.h"        // weft_memory_*: add, search, save/load; weft_conversation_set_memory, _compact
 #include "weft/c/fit.h"           // weft_fit_choose: n_gpu_layers and n_ctx for a memory budget
-#include "weft/c/speculative.h"   // weft_speculative_params, weft_drafter_name: drafts verified in the batch
+#include "weft/c/speculative.h"   // weft_speculative_params, weft_draft_model_params: drafts verified in the batch
 
 #endif  // WEFT_WEFT_H

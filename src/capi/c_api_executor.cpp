@@ -28,6 +28,7 @@ const std::initializer_list<std::size_t> kExecutorParamsSizes = {offsetof(weft_e
                                                                   offsetof(weft_executor_params, tuning_cache_dir),
                                                                   offsetof(weft_executor_params, embedder),
                                                                   offsetof(weft_executor_params, speculative),
+                                                                  offsetof(weft_executor_params, draft_model),
                                                                   sizeof(weft_executor_params)};
 
 weft_executor_params executor_defaults() {
@@ -58,6 +59,7 @@ weft_executor_params executor_defaults() {
   p.tuning_cache_dir = nullptr;
   embedder_defaults(p);
   p.speculative = nullptr;
+  p.draft_model = nullptr;
   return p;
 }
 
@@ -70,9 +72,11 @@ weft_step_budget budget_defaults() {
   return b;
 }
 
-// Before the embedding counts were appended, before the draft counts, and now.
+// Before the embedding counts were appended, before the draft counts, before
+// the draft model's seconds, and now.
 const std::initializer_list<std::size_t> kStepResultSizes = {offsetof(weft_step_result, tokens_embedded),
                                                              offsetof(weft_step_result, tokens_drafted),
+                                                             offsetof(weft_step_result, draft_seconds),
                                                              sizeof(weft_step_result)};
 
 // Before `on_step` and its user data were appended, and now.
@@ -96,6 +100,7 @@ weft_step_result step_result_to_c(const weft::StepResult &r) {
   c.texts_embedded = r.texts_embedded;
   c.tokens_drafted = r.tokens_drafted;
   c.drafts_accepted = r.drafts_accepted;
+  c.draft_seconds = r.draft_seconds;
   return c;
 }
 
@@ -197,6 +202,7 @@ weft_status weft_executor_create(const weft_model *model, const weft_executor_pa
         p.image_encoding, WEFT_IMAGE_ENCODING_CALLER, "weft_executor_params.image_encoding", "weft_image_encoding"));
     embedder_from_c(p, ep);
     if (p.speculative != nullptr) ep.speculative = speculative_from_c(p.speculative, "weft_executor_params.speculative");
+    if (p.draft_model != nullptr) ep.draft_model = draft_model_from_c(p.draft_model, "weft_executor_params.draft_model");
     std::shared_ptr<UserData> ud;
     if (p.on_pressure != nullptr) {
       ud = std::make_shared<UserData>(p.pressure_user_data, p.pressure_user_data_free);
@@ -299,8 +305,11 @@ weft_status weft_executor_get_stats(const weft_executor *executor, weft_executor
     c.embed_pending = s.embed_pending;
     c.tokens_drafted = s.tokens_drafted;
     c.drafts_accepted = s.drafts_accepted;
+    c.draft_model_tokens = s.draft_model_tokens;
+    c.draft_model_seconds = s.draft_model_seconds;
     write_struct(out, "weft_executor_stats", c,
-                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, tokens_drafted),
+                 {sizeof(weft_executor_stats), offsetof(weft_executor_stats, draft_model_tokens),
+                  offsetof(weft_executor_stats, tokens_drafted),
                   offsetof(weft_executor_stats, texts_embedded),
                   offsetof(weft_executor_stats, redecodes),
                   offsetof(weft_executor_stats, flash_attn_probe_ms),

@@ -212,6 +212,9 @@ void embedder_from_c(const weft_executor_params &p, weft::ExecutorParams &out);
 // A weft_speculative_params as weft::SpeculativeParams (c_api_speculative.cpp),
 // checked, `field` naming it in errors.
 weft::SpeculativeParams speculative_from_c(const weft_speculative_params *in, const char *field);
+// A weft_draft_model_params as weft::DraftModelParams (c_api_speculative.cpp),
+// checked, `field` naming it in errors.
+weft::DraftModelParams draft_model_from_c(const weft_draft_model_params *in, const char *field);
 
 // Tools in (c_api_tools.cpp): a weft_tool array as weft::Tool (`field` names
 // it in errors), a weft_tool_format as weft::ToolFormat (refused by name).

@@ -215,6 +215,7 @@ int main(int argc, char **argv) {
       {"compact", test_compact},
       {"fit", test_fit},
       {"speculative", test_speculative},
+      {"draft_model", test_draft_model},
   };
   size_t i;
   int ran = 0;

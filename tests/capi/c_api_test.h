@@ -172,5 +172,7 @@ void test_compact(void);
 void test_fit(void);
 /* c_api_test_speculative.c */
 void test_speculative(void);
+/* c_api_test_draft_model.c */
+void test_draft_model(void);
 
 #endif /* WEFT_C_API_TEST_H */

@@ -138,6 +138,13 @@ typedef struct weft_executor_params {
   // weft_generate_params.speculative is NULL; read by weft_executor_create,
   // not kept. NULL = no drafter. Default NULL
   const weft_speculative_params *speculative;
+  // Added with the draft model (a struct_size without it reads as NULL;
+  // weft/c/speculative.h). The model WEFT_DRAFTER_MODEL drafts with; read
+  // by weft_executor_create, not kept (the model handle inside is borrowed
+  // as embedding_model is). NULL = none: a generation, or `speculative`
+  // above, asking for WEFT_DRAFTER_MODEL is WEFT_ERR_INVALID_ARGUMENT.
+  // Default NULL
+  const weft_draft_model_params *draft_model;
 } weft_executor_params;
 
 WEFT_C_API weft_status weft_executor_params_init(weft_executor_params *params, size_t struct_size);
@@ -190,6 +197,9 @@ typedef struct weft_step_result {
   // before these; weft/c/speculative.h).
   uint32_t tokens_drafted;   // draft tokens verified (in tokens_decoded)
   uint32_t drafts_accepted;  // of those, kept (in tokens_sampled)
+  // Added with the draft model (a smaller struct_size gets the fields
+  // before it): seconds in the draft model's context (WEFT_DRAFTER_MODEL).
+  double draft_seconds;
 } weft_step_result;
 
 // One scheduling round: sample for generations, decode one batch within the
@@ -298,6 +308,11 @@ typedef struct weft_executor_stats {
   // tokens_decoded) and of those kept (counted in tokens_sampled).
   uint64_t tokens_drafted;
   uint64_t drafts_accepted;
+  // Added with the draft model (a smaller struct_size gets the fields
+  // before these): tokens decoded in the draft model's context (catching
+  // conversations up and drafting) and the seconds that took.
+  uint64_t draft_model_tokens;
+  double draft_model_seconds;
 } weft_executor_stats;
 
 // Keeps `tokens` (n_tokens ids) decoded in the cache for prefix reuse until

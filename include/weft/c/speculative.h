@@ -16,9 +16,13 @@ WEFT_BEGIN_DECL
 typedef enum weft_drafter {
   WEFT_DRAFTER_NONE = 0,    // every token a decode of its own
   WEFT_DRAFTER_LOOKUP = 1,  // the continuation of the latest earlier match of the conversation's last tokens
+  // A second, smaller model with the same vocabulary drafts greedily in a
+  // context of its own (weft_executor_params.draft_model; without one a
+  // generation asking for it is WEFT_ERR_INVALID_ARGUMENT).
+  WEFT_DRAFTER_MODEL = 2,
 } weft_drafter;
 
-// "none", "lookup"; "unknown" for any other value.
+// "none", "lookup", "model"; "unknown" for any other value.
 WEFT_C_API const char *weft_drafter_name(int32_t drafter);
 
 // Set by weft_generate_params.speculative (one generation) or
@@ -40,6 +44,33 @@ typedef struct weft_speculative_params {
 } weft_speculative_params;
 
 WEFT_C_API weft_status weft_speculative_params_init(weft_speculative_params *params, size_t struct_size);
+
+// weft::DraftModelParams: the second model behind WEFT_DRAFTER_MODEL, set
+// by weft_executor_params.draft_model (read by weft_executor_create, not
+// kept). The executor makes a llama.cpp context of it (its own threads and
+// attention kernel), freed with the executor. A value out of range is
+// WEFT_ERR_OUT_OF_RANGE naming the field, its value and the limit.
+typedef struct weft_draft_model_params {
+  size_t struct_size;
+  // The draft model, borrowed: the executor keeps its own reference, so the
+  // handle may be freed after weft_executor_create. Required (NULL is
+  // WEFT_ERR_NULL_ARG). Its vocabulary must be the executor model's, token
+  // for token, and its memory plain attention: WEFT_ERR_INVALID_ARGUMENT
+  // otherwise. Default NULL
+  const weft_model *model;
+  // Cells of the draft context, shared by the drafting conversations, in
+  // [64, the draft model's n_ctx_train * n_seq_max]. Default 4096
+  uint32_t n_ctx;
+  // Conversations whose tokens the draft context keeps at once, [1, 256];
+  // more take turns (least recently used first). Default 16
+  uint32_t n_seq_max;
+  // A draft ends before a token the draft model gives less than this
+  // probability, [0, 1]; 0 drafts max_draft tokens whatever the confidence.
+  // Default 0.5
+  float p_min;
+} weft_draft_model_params;
+
+WEFT_C_API weft_status weft_draft_model_params_init(weft_draft_model_params *params, size_t struct_size);
 
 WEFT_END_DECL
 

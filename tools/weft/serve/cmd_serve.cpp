@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "serve/auth.hpp"
 #include "serve/server.hpp"
+#include "serve/speculative.hpp"
 #include "weft/weft.hpp"
 
 namespace weft_cli {
@@ -63,19 +64,31 @@ void add_serve(CLI::App &app) {
   add_flash_attn_option(*cmd, o->flash_attn);
   add_cache_type_option(*cmd, o->cache_type);
   cmd->add_option("--speculative", o->speculative,
-                  "Speculative decoding for every request (one opts out with \"speculative\": false): none, or "
-                  "lookup (drafts copied from the conversation's own tokens, verified in the step's decode; the "
-                  "same tokens as without)")
+                  "Speculative decoding for every request (one opts out with \"speculative\": false): none, "
+                  "lookup (drafts copied from the conversation's own tokens), or model (drafts from --draft-model); "
+                  "verified in the step's decode, the same tokens as without")
       ->transform(CLI::CheckedTransformer(std::map<std::string, weft::Drafter>{{"none", weft::Drafter::none},
-                                                                               {"lookup", weft::Drafter::lookup}},
+                                                                               {"lookup", weft::Drafter::lookup},
+                                                                               {"model", weft::Drafter::model}},
                                           CLI::ignore_case))
-      ->default_str("none");
+      ->default_str("none, or model with --draft-model");
   cmd->add_option("--draft-max", o->draft_max, "Most draft tokens one step verifies per conversation (--speculative)")
       ->check(CLI::Range(1u, weft::SpeculativeParams::kMaxDraft))
       ->capture_default_str();
   cmd->add_flag("--draft-always", o->draft_always,
                 "Verify every draft token the step's budget and cells allow, not only as many as the cost model "
                 "predicts to raise tokens per second (on a CPU it often declines them)");
+  cmd->add_option("--draft-model", o->draft_model,
+                  "A smaller GGUF with the model's vocabulary that drafts for it, greedily, on a context of its own "
+                  "(one sequence per --parallel slot); makes model the default --speculative");
+  cmd->add_option("--draft-ctx", o->draft_ctx,
+                  "The draft model's cells, shared by the drafting conversations (default: --ctx, at most its "
+                  "n_ctx_train x --parallel)")
+      ->check(CLI::Range(64u, 1u << 24));
+  cmd->add_option("--draft-p-min", o->draft_p_min,
+                  "A draft ends before a token the draft model gives less than this probability; 0 drafts "
+                  "--draft-max tokens whatever its confidence (default 0.5)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--spill-ram-mb", o->spill_ram_mb, "RAM for parked conversations' KV data")->capture_default_str();
   cmd->add_option("--spill-dir", o->spill_dir, "Directory for parked KV data once RAM is full (default: none)");
   cmd->add_option("--chat-template", o->chat_template,
@@ -175,10 +188,7 @@ void add_serve(CLI::App &app) {
     fmt::print("weft serve: model {} ({}), {} KV cells, {} slots\n", c.model_name, c.model.description(), c.n_ctx(),
                o->parallel);
     fmt::print("weft serve: {}\n", describe_attention(c.ex->stats()));
-    if (o->speculative != weft::Drafter::none) {
-      fmt::print("weft serve: speculative decoding {}, at most {} draft tokens a step ({})\n",
-                 weft::drafter_name(o->speculative), o->draft_max, o->draft_always ? "always" : "adaptive");
-    }
+    if (const auto spec = serve::describe_speculative(c); !spec.empty()) fmt::print("weft serve: {}\n", spec);
     if (c.projector)
       fmt::print("weft serve: projector {} ({}{}{})\n", o->mmproj, c.projector.vision() ? "images" : "",
                  c.projector.vision() && c.projector.audio() ? ", " : "",

@@ -35,6 +35,11 @@ std::string prometheus_text(ServeContext &ctx) {
   o.one("weft_tokens_drafted_total", "counter", "Draft tokens verified (speculative decoding; in tokens decoded)",
         st.tokens_drafted);
   o.one("weft_drafts_accepted_total", "counter", "Draft tokens kept (in tokens sampled)", st.drafts_accepted);
+  o.one("weft_draft_model_tokens_total", "counter",
+        "Tokens decoded in the draft model's context (--draft-model: catching up and drafting)",
+        st.draft_model_tokens);
+  o.one("weft_draft_model_seconds_total", "counter", "Seconds in the draft model's context",
+        st.draft_model_seconds);
   o.one("weft_decode_failures_total", "counter", "llama_decode failures", st.decode_failures);
   o.one("weft_queued_tokens", "gauge", "Tokens queued, not yet decoded", st.queued_tokens);
   o.one("weft_conversations", "gauge", "Live conversations", st.conversations);
@@ -187,6 +192,8 @@ void add_metrics_routes(httplib::Server &svr, ServeContext &ctx) {
                                 {"tokens_sampled", st.tokens_sampled},
                                 {"tokens_drafted", st.tokens_drafted},
                                 {"drafts_accepted", st.drafts_accepted},
+                                {"draft_model_tokens", st.draft_model_tokens},
+                                {"draft_model_seconds", st.draft_model_seconds},
                                 {"step_ms_p50", st.step_ms_p50},
                                 {"step_ms_p99", st.step_ms_p99},
                                 {"residency", {{"resident", st.resident}, {"ram", st.parked_ram},

@@ -68,6 +68,11 @@ struct ServeContext {
   std::uint32_t embed_n_ctx = 0;            // most tokens of one input (EmbedderParams::n_ctx)
   std::uint32_t embed_special_tokens = 0;   // tokens the embedder adds to each text (BOS/EOS/SEP), measured at start
   std::atomic<int> active_embeddings{0};    // embeddings requests waiting for their vectors
+  // --draft-model (serve/speculative.hpp): the draft model, its context's
+  // cells and p_min as the executor got them; unset without it.
+  std::optional<weft::Model> draft_model;
+  std::uint32_t draft_ctx = 0;
+  float draft_p_min = 0;
 
   ServeContext(ServeOptions o, std::unique_ptr<KeyRing> k, weft::Model m)
       : opt(std::move(o)), keys(std::move(k)), model(std::move(m)),

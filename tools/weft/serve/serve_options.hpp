@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,10 +26,17 @@ struct ServeOptions {
   weft::FlashAttention flash_attn = weft::FlashAttention::automatic;  // --flash-attn
   weft::KvType cache_type = weft::KvType::f16;                        // --cache-type
   // Speculative decoding, the default of every request (a request opts out
-  // with "speculative": false): --speculative none|lookup, --draft-max.
-  weft::Drafter speculative = weft::Drafter::none;
+  // with "speculative": false): --speculative none|lookup|model, --draft-max.
+  // Unset: model with --draft-model, else none (serve/speculative.hpp).
+  std::optional<weft::Drafter> speculative;
   std::uint32_t draft_max = weft::SpeculativeParams{}.max_draft;
   bool draft_always = false;  // --draft-always: SpeculativeParams::adaptive = false
+  // The draft model (ExecutorParams::draft_model): --draft-model PATH, its
+  // context's cells (--draft-ctx; 0: --ctx, at most its n_ctx_train x
+  // --parallel) and --draft-p-min (unset: DraftModelParams' 0.5).
+  std::string draft_model;
+  std::uint32_t draft_ctx = 0;
+  std::optional<float> draft_p_min;
   std::uint64_t spill_ram_mb = 1024;
   std::string spill_dir;          // empty: no disk tier
   std::string chat_template;      // empty: the model's own, else chatml

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <list>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "serve/embeddings.hpp"
 #include "serve/metrics.hpp"
 #include "serve/openai_routes.hpp"
+#include "serve/speculative.hpp"
 
 namespace weft_cli::serve {
 
@@ -229,6 +231,7 @@ ServeApp::ServeApp(ServeOptions opt) {
                                                    .key_file = opt.api_key_file, .metrics_key = opt.metrics_key});
   check_exposure(opt, *keys);
   check_embedding_options(opt);
+  check_speculative_options(opt);
   auto model = weft::Model::load({.path = opt.model, .rpc = opt.rpc});
   ctx_ = std::make_unique<ServeContext>(std::move(opt), std::move(keys), std::move(model));
   auto &c = *ctx_;
@@ -242,9 +245,8 @@ ServeApp::ServeApp(ServeOptions opt) {
   ep.n_threads = c.opt.threads;
   ep.flash_attn = c.opt.flash_attn;
   ep.kv_type = c.opt.cache_type;
-  ep.speculative.drafter = c.opt.speculative;
-  ep.speculative.max_draft = c.opt.draft_max;
-  ep.speculative.adaptive = !c.opt.draft_always;
+  ep.speculative = speculative_params(c.opt);
+  ep.draft_model = draft_model_params(c);
   ep.spill.ram_bytes = c.opt.spill_ram_mb << 20;
   ep.spill.disk_dir = c.opt.spill_dir;
   if (!c.opt.mmproj.empty()) c.projector = weft::Projector::load(c.model, {.path = c.opt.mmproj});
@@ -252,7 +254,14 @@ ServeApp::ServeApp(ServeOptions opt) {
   c.media = MediaLimits{.max_parts = c.opt.max_media, .max_bytes = c.opt.max_media_bytes,
                         .allow_remote = c.opt.allow_remote_media};
   ep.embedder = embedder_params(c);
-  c.ex = std::make_unique<weft::Executor>(c.model, ep);
+  try {
+    c.ex = std::make_unique<weft::Executor>(c.model, ep);
+  } catch (const weft::Error &e) {
+    // The executor names DraftModelParams' fields; the user gave flags.
+    if (std::string_view(e.what()).starts_with("DraftModelParams"))
+      throw weft::Error(e.code(), fmt::format("--draft-model {}: {}", c.opt.draft_model, e.what()));
+    throw;
+  }
   if (ep.embedder) probe_embedder(c);  // before the worker: it steps the executor itself
   // The step budget: how many tokens one step may decode, so how long the
   // conversations that are generating wait for a step that also ingests prompts.
