@@ -112,8 +112,9 @@ struct DraftModelParams {
   // The draft model, loaded by the caller and shared read-only. Its
   // vocabulary must be the executor model's, token for token
   // (Errc::invalid_argument naming both sizes, or the first token that
-  // differs), and its memory plain attention (a rejected draft is dropped
-  // from its cache): Errc::invalid_argument otherwise.
+  // differs), causal (not an embedding model or an encoder), and its memory
+  // plain attention (a rejected draft is dropped from its cache):
+  // Errc::invalid_argument otherwise.
   Model model;
   // Cells of the draft context, shared by the drafting conversations.
   // Default 4096. Must be in [64, the draft model's n_ctx_train * n_seq_max].

@@ -40,6 +40,11 @@ DraftModel::DraftModel(const Model &target, const DraftModelParams &params, int 
     : params_(params) {
   const Model &m = params.model;
   check_vocabulary(target, m);
+  if (m.meta(m.meta("general.architecture") + ".attention.causal") == "false" ||
+      llama_model_has_encoder(m.impl()->model)) {
+    fail(Errc::invalid_argument, "DraftModelParams.model is not causal (an embedding model or an encoder): it cannot "
+                                 "predict the next token");
+  }
   if (m.memory() != Model::Memory::plain) {
     fail(Errc::invalid_argument, "DraftModelParams.model is not plain attention (a sliding window or a recurrent "
                                  "state): its cache could not drop a rejected draft");

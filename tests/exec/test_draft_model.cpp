@@ -133,6 +133,13 @@ TEST(DraftModel, BadModelsAndParamsAreRefusedByName) {
   expect_refused(with_draft(other_vocab), weft::Errc::invalid_argument,
                  "has " + std::to_string(other_vocab.n_vocab()) + " tokens and the executor's model " +
                      std::to_string(m.n_vocab()));
+  // An embedding model (every token sees every other) predicts no next token.
+  mp.vocab.clear();
+  mp.preset = weft::ModelPreset::embed;
+  mp.out = (dir / "embed.gguf").string();
+  weft::make_model(mp);
+  expect_refused(with_draft(weft::Model::load({.path = mp.out})), weft::Errc::invalid_argument, "is not causal");
+  mp.preset = weft::ModelPreset::tiny;
   // A recurrent draft model cannot drop a rejected draft.
   mp.vocab.clear();
   mp.arch = weft::ModelArch::mamba;

@@ -25,6 +25,8 @@ struct Opts {
   unsigned batch = 512;
   int threads = 0;
   std::string target = "both", server, spec_type = "ngram-simple", json;
+  std::string draft_model;  // weft's Drafter::model and llama-server's -md (empty: neither runs)
+  float draft_p_min = 0.5f;  // both engines' p_min
   weft::FlashAttention flash_attn = weft::FlashAttention::automatic;
   bool quiet = false;
 };
@@ -42,11 +44,12 @@ struct Inputs {
   std::vector<std::pair<weft::Token, float>> bias;  // -inf bans
 };
 
-// llama-server with (`spec`) or without speculative decoding, started once
-// per model and kept for every run.
+// llama-server without speculative decoding, with its --spec-type, or with
+// Opts::draft_model (-md), started once per model and kept for every run.
+enum class ServerKind { plain, spec, draft };
 class ServerEngine {
  public:
-  ServerEngine(const Opts &o, const std::string &model_path, unsigned slots, unsigned ctx, bool spec,
+  ServerEngine(const Opts &o, const std::string &model_path, unsigned slots, unsigned ctx, ServerKind kind,
                const std::string &flash_attn);
   ~ServerEngine();
   ServerEngine(const ServerEngine &) = delete;

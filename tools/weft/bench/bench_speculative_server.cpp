@@ -48,13 +48,15 @@ nlohmann::json completion(int port, const std::vector<weft::Token> &prompt, unsi
 
 }  // namespace
 
-ServerEngine::ServerEngine(const Opts &o, const std::string &model_path, unsigned slots, unsigned ctx, bool spec,
-                           const std::string &flash_attn)
+ServerEngine::ServerEngine(const Opts &o, const std::string &model_path, unsigned slots, unsigned ctx,
+                           ServerKind kind, const std::string &flash_attn)
     : impl_(new Impl) {
-  impl_->spec = spec;
+  const bool spec = kind == ServerKind::spec;
+  impl_->spec = kind != ServerKind::plain;
   impl_->draft_max = o.draft_max;
   impl_->spec_type = o.spec_type;
-  impl_->log = fmt::format("/tmp/weft-bench-speculative-{}-{}.log", ::getpid(), spec ? "spec" : "plain");
+  impl_->log = fmt::format("/tmp/weft-bench-speculative-{}-{}.log", ::getpid(),
+                           spec ? "spec" : kind == ServerKind::draft ? "draft" : "plain");
   std::vector<std::string> extra;
   // This pin removed --draft-max: ngram-simple drafts size-m tokens; the
   // other types take --spec-draft-n-max.
@@ -62,6 +64,9 @@ ServerEngine::ServerEngine(const Opts &o, const std::string &model_path, unsigne
     extra = {"--spec-type", o.spec_type,
              o.spec_type == "ngram-simple" ? "--spec-ngram-simple-size-m" : "--spec-draft-n-max",
              std::to_string(o.draft_max)};
+  } else if (kind == ServerKind::draft) {
+    extra = {"-md", o.draft_model, "--spec-draft-n-max", std::to_string(o.draft_max), "--spec-draft-p-min",
+             fmt::format("{}", o.draft_p_min)};
   }
   try {
     impl_->server = std::make_unique<bench::ServerProcess>(
@@ -132,7 +137,7 @@ std::string ServerEngine::attention() const { return impl_->server->flash_attn_u
 #else
 bool have_http() { return false; }
 struct ServerEngine::Impl {};
-ServerEngine::ServerEngine(const Opts &, const std::string &, unsigned, unsigned, bool, const std::string &)
+ServerEngine::ServerEngine(const Opts &, const std::string &, unsigned, unsigned, ServerKind, const std::string &)
     : impl_(nullptr) {
   throw weft::Error(weft::Errc::invalid_argument, "this weft was built without an HTTP client: --target weft");
 }

@@ -38,8 +38,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Mode { none, adaptive, forced, server, server_spec };
-constexpr Mode kModes[] = {Mode::none, Mode::adaptive, Mode::forced, Mode::server, Mode::server_spec};
+enum class Mode { none, adaptive, forced, model, model_forced, server, server_spec, server_draft };
+constexpr Mode kModes[] = {Mode::none,   Mode::adaptive,    Mode::forced,      Mode::model,
+                           Mode::model_forced, Mode::server, Mode::server_spec, Mode::server_draft};
 
 const char *mode_name(Mode m) {
   switch (m) {
@@ -48,13 +49,34 @@ const char *mode_name(Mode m) {
     case Mode::forced: return "weft lookup forced";
     case Mode::server: return "llama-server";
     case Mode::server_spec: return "llama-server spec";
+    case Mode::model: return "weft draft model";
+    case Mode::model_forced: return "weft draft forced";
+    case Mode::server_draft: return "llama-server draft";
   }
   return "?";
 }
 
-bool is_server(Mode m) { return m == Mode::server || m == Mode::server_spec; }
+bool is_server(Mode m) { return m == Mode::server || m == Mode::server_spec || m == Mode::server_draft; }
+bool uses_draft_model(Mode m) { return m == Mode::model || m == Mode::model_forced || m == Mode::server_draft; }
+
+// A trained npc model gets dialogue it was not trained on (another corpus
+// seed), each cut after an NPC's name: its reply is what is timed.
+Inputs npc_inputs(const weft::Model &m, unsigned n) {
+  Inputs in;
+  const auto dialogues = weft::make_npc_dialogues({.seed = 999, .target_bytes = 64u * 1024});
+  for (unsigned i = 0; i < n; ++i) {
+    const std::string &d = dialogues[i % dialogues.size()];
+    const auto player = d.find("Player:");
+    const auto cut = d.find(':', d.find('\n', player == std::string::npos ? 0 : player) + 1);
+    auto p = m.tokenize(d.substr(0, cut == std::string::npos ? d.size() : cut + 1), {.add_bos = true});
+    in.prompts.push_back(std::move(p));
+  }
+  for (weft::Token t : bench::invalid_utf8_tokens(m)) in.bias.emplace_back(t, -INFINITY);
+  return in;
+}
 
 Inputs make_inputs(const weft::Model &m, const Opts &o, unsigned n) {
+  if (m.meta("weft.preset") == "npc") return npc_inputs(m, n);
   Inputs in;
   std::mt19937_64 rng(11);
   const unsigned half = std::max(1u, o.prompt / 2);
@@ -93,8 +115,10 @@ std::vector<Reply> run_weft(weft::Executor &ex, const Opts &o, const Inputs &in,
   }
   run_idle(ex);  // prompts decoded, untimed
   weft::GenerateParams gp{.max_tokens = o.tokens, .sampler = sampler(in), .ignore_eos = true};
-  weft::SpeculativeParams sp{.drafter = weft::Drafter::lookup, .max_draft = o.draft_max,
-                             .adaptive = mode == Mode::adaptive};
+  const bool model = mode == Mode::model || mode == Mode::model_forced;
+  weft::SpeculativeParams sp{.drafter = model ? weft::Drafter::model : weft::Drafter::lookup,
+                             .max_draft = o.draft_max,
+                             .adaptive = mode == Mode::adaptive || mode == Mode::model};
   gp.speculative = mode == Mode::none ? weft::SpeculativeParams{} : sp;
   std::vector<weft::Generation> gens;
   std::vector<double> end(n, -1);
@@ -201,30 +225,39 @@ void run(const Opts &o) {
   for (const auto &[label, path] : pick_models(o)) {
     auto m = bench::load_model(path);
     const Inputs in = make_inputs(m, o, most);
-    weft::Executor ex(m, {.n_ctx = ctx, .n_batch = opt.batch, .n_seq_max = most,
-                          .n_threads = opt.threads, .flash_attn = o.flash_attn});
+    weft::ExecutorParams xp{.n_ctx = ctx, .n_batch = opt.batch, .n_seq_max = most, .n_threads = opt.threads,
+                            .flash_attn = o.flash_attn};
+    if (!o.draft_model.empty()) {
+      xp.draft_model = weft::DraftModelParams{
+          .model = bench::load_model(o.draft_model), .n_ctx = ctx, .n_seq_max = most, .p_min = o.draft_p_min};
+    }
+    weft::Executor ex(m, xp);
     const auto st = ex.stats();
     // llama-server runs the kernel weft chose (auto: weft's probe, llama.cpp's own rule otherwise).
     const std::string server_fa = st.flash_attn == weft::FlashAttention::enabled    ? "on"
                                   : st.flash_attn == weft::FlashAttention::disabled ? "off"
                                                                                     : "auto";
-    std::unique_ptr<ServerEngine> plain, spec;
+    std::unique_ptr<ServerEngine> plain, spec, draft;
     if (with_server) {
-      plain = std::make_unique<ServerEngine>(opt, path, most, ctx, false, server_fa);
-      spec = std::make_unique<ServerEngine>(opt, path, most, ctx, true, server_fa);
+      plain = std::make_unique<ServerEngine>(opt, path, most, ctx, ServerKind::plain, server_fa);
+      spec = std::make_unique<ServerEngine>(opt, path, most, ctx, ServerKind::spec, server_fa);
+      if (!o.draft_model.empty()) draft = std::make_unique<ServerEngine>(opt, path, most, ctx, ServerKind::draft, server_fa);
     }
     std::vector<Mode> modes;
     for (Mode md : kModes) {
-      if (is_server(md) ? with_server : with_weft) modes.push_back(md);
+      if ((is_server(md) ? with_server : with_weft) && (!uses_draft_model(md) || !o.draft_model.empty())) {
+        modes.push_back(md);
+      }
     }
     std::map<std::pair<unsigned, Mode>, Cell> cells;
     for (unsigned r = 0; r < o.reps; ++r) {
       for (unsigned n : o.conversations) {
         for (std::size_t k = 0; k < modes.size(); ++k) {
           const Mode md = modes[(k + r) % modes.size()];  // each run starts with another engine
-          auto replies = md == Mode::server        ? plain->run(in, n, o.tokens)
-                         : md == Mode::server_spec ? spec->run(in, n, o.tokens)
-                                                   : run_weft(ex, opt, in, n, md);
+          auto replies = md == Mode::server         ? plain->run(in, n, o.tokens)
+                         : md == Mode::server_spec  ? spec->run(in, n, o.tokens)
+                         : md == Mode::server_draft ? draft->run(in, n, o.tokens)
+                                                    : run_weft(ex, opt, in, n, md);
           auto &cell = cells[{n, md}].replies;
           cell.insert(cell.end(), replies.begin(), replies.end());
           if (!o.quiet) fmt::print(stderr, "{} run {}: {} x{}: {:.3f} s\n", label, r + 1, mode_name(md), n,
@@ -326,6 +359,12 @@ void add_command(CLI::App &bench) {
   cmd->add_option("--target", o->target, "Engines to run")->check(CLI::IsMember({"weft", "server", "both"}))->capture_default_str();
   cmd->add_option("--server", o->server, "llama-server binary (default: the one built with weft)");
   cmd->add_option("--spec-type", o->spec_type, "llama-server's --spec-type")->capture_default_str();
+  cmd->add_option("--draft-model", o->draft_model,
+                  "A draft model with the same vocabulary: weft's Drafter::model (adaptive, forced) and llama-server's "
+                  "-md run too (e.g. the npc-draft preset beside npc)");
+  cmd->add_option("--draft-p-min", o->draft_p_min, "Both engines' p_min for the draft model")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
   cmd->add_option("--batch", o->batch, "n_batch (and llama-server's -b, -ub)")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Decode threads (0 = all)")->check(CLI::Range(0, 1024))->capture_default_str();
   add_flash_attn_option(*cmd, o->flash_attn);
