@@ -136,11 +136,11 @@ struct Live {
 void add_demo(CLI::App &app) {
   using namespace demo_cmd;
   struct Opts {
-    std::string model, transcripts;
+    std::string model, transcripts, speculative = "none", draft_model;
     unsigned npcs = 8, max_tokens = 40, ctx = 4096, batch = 256, seed = 1, dialogues = 0;
     std::uint64_t script_seed = 1000;
     int threads = 0, top_k = 20;
-    float temperature = 0.0f, top_p = 0.9f, repeat_penalty = 1.0f;
+    float temperature = 0.0f, top_p = 0.9f, repeat_penalty = 1.0f, draft_p_min = 0.5f;
     bool plain = false, check = false, grammar = true, grammar_answers = true, actions = false;
   };
   auto o = std::make_shared<Opts>();
@@ -175,6 +175,15 @@ void add_demo(CLI::App &app) {
       ->capture_default_str();
   cmd->add_flag("--check", o->check, "Judge every NPC reply against the corpus grammar (weft corpus --check)");
   cmd->add_option("--transcripts", o->transcripts, "Also write the transcripts to this file");
+  cmd->add_option("--speculative", o->speculative,
+                  "Speculative decoding: lookup (the conversation's own tokens) or model (a draft model: "
+                  "--draft-model, default the npc-draft preset, trained on first use)")
+      ->check(CLI::IsMember({"none", "lookup", "model"}))
+      ->capture_default_str();
+  cmd->add_option("--draft-model", o->draft_model, "The draft model of --speculative model (its vocabulary: the model's)");
+  cmd->add_option("--draft-p-min", o->draft_p_min, "A draft ends before a token the draft model gives less than this")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
   cmd->add_option("--dialogues", o->dialogues,
                   "Instead of the demo's cast, play this many corpus dialogues (player lines from --script-seed, the "
                   "NPC's written by the model), --npcs at a time; prints the check, not the transcripts")
@@ -195,10 +204,19 @@ void add_demo(CLI::App &app) {
                                .transcripts = o->transcripts});
       return;
     }
-    weft::Executor ex(model, {.n_ctx = o->ctx,
-                              .n_batch = o->batch,
-                              .n_seq_max = std::max(16u, o->npcs + 1),
-                              .n_threads = o->threads});
+    weft::ExecutorParams xp{
+        .n_ctx = o->ctx, .n_batch = o->batch, .n_seq_max = std::max(16u, o->npcs + 1), .n_threads = o->threads};
+    std::string draft_path;
+    if (o->speculative == "model") {
+      draft_path = o->draft_model.empty() ? ensure_preset_model("npc-draft", 0) : o->draft_model;
+      xp.draft_model = weft::DraftModelParams{
+          .model = weft::Model::load({.path = draft_path}), .n_ctx = o->ctx, .n_seq_max = xp.n_seq_max,
+          .p_min = o->draft_p_min};
+      xp.speculative.drafter = weft::Drafter::model;
+    } else if (o->speculative == "lookup") {
+      xp.speculative.drafter = weft::Drafter::lookup;
+    }
+    weft::Executor ex(model, xp);
     const auto t0 = Clock::now();
     auto secs = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
 
@@ -343,6 +361,13 @@ void add_demo(CLI::App &app) {
       }
       fmt::print("check: {} of {} NPC replies fit the corpus grammar ({:.1f}%) in {} dialogues\n", r.fit, r.replies,
                  100.0 * r.share(), r.dialogues);
+    }
+    if (s.tokens_drafted > 0 || o->speculative != "none") {
+      fmt::print("speculative ({}): {} draft tokens verified, {} kept ({:.0f}%){}\n", o->speculative, s.tokens_drafted,
+                 s.drafts_accepted, s.tokens_drafted > 0 ? 100.0 * s.drafts_accepted / s.tokens_drafted : 0.0,
+                 draft_path.empty() ? std::string()
+                                    : fmt::format("; draft model {}: {} tokens, {:.2f} s", draft_path,
+                                                  s.draft_model_tokens, s.draft_model_seconds));
     }
     fmt::print("model: {} ({})\n", path, model.description());
   });
